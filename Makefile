@@ -1,0 +1,48 @@
+# ddpvision front door: `make demo`, `make test`, `make bench`, `make install`.
+# Site settings come from Makefile.inc; CMake is the one build system underneath.
+include Makefile.inc
+
+CMAKE_FLAGS = -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+              -DCMAKE_C_COMPILER=$(CC) -DCMAKE_CXX_COMPILER=$(CXX) \
+              -DMPI_CXX_COMPILER=$(MPICXX) -DDDPV_MPIRUN=$(MPIRUN) \
+              -DDDPV_WITH_CUDA=$(WITH_CUDA) -DCUDAToolkit_ROOT=$(CUDA_HOME) \
+              "-DCMAKE_CUDA_ARCHITECTURES=$(CUDA_ARCHS)" \
+              -DCMAKE_INSTALL_PREFIX=$(PREFIX)
+ifneq ($(HDF5_ROOT),)
+CMAKE_FLAGS += -DHDF5_ROOT=$(HDF5_ROOT)
+endif
+ifneq ($(DNNL_ROOT),)
+CMAKE_FLAGS += -Ddnnl_ROOT=$(DNNL_ROOT)
+endif
+
+.PHONY: all deps configure build test demo bench install clean
+
+all: build
+
+deps:
+	scripts/install-deps.sh
+
+$(BUILD_DIR)/CMakeCache.txt: | deps
+	cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS)
+
+configure: deps
+	cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS)
+
+build: deps $(BUILD_DIR)/CMakeCache.txt
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 900
+
+demo: build
+	MPIRUN=$(MPIRUN) BUILD_DIR=$(BUILD_DIR) scripts/demo.sh
+
+bench: build
+	scripts/install-deps.sh --bench
+	MPIRUN=$(MPIRUN) BUILD_DIR=$(BUILD_DIR) scripts/bench.sh
+
+install: build
+	cmake --install $(BUILD_DIR) --prefix $(PREFIX)
+
+clean:
+	rm -rf $(BUILD_DIR)

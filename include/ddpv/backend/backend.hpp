@@ -1,0 +1,188 @@
+// The backend-neutral op set: every layer computes through these interfaces, never through a
+// vendor library directly. One implementation per device: src/backend/cpu (oneDNN) and
+// src/backend/cuda (cuDNN, cuBLAS, own kernels). All pointers are memory of the backend's device;
+// activations are NHWC, conv weights OIHW, linear weights (out, in): PyTorch's layouts.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ddpv/core/tensor.hpp"
+
+namespace ddpv {
+
+enum class Precision : uint8_t { kF32, kBF16, kF16 };
+Precision parse_precision(const std::string& name);  // "fp32" | "bf16" | "fp16"
+const char* precision_name(Precision p);
+
+// ---- op configurations (fixed per layer; the batch size n is given per call) ----------------
+
+struct Conv2dConfig {
+  int in_channels = 0, out_channels = 0;
+  int in_h = 0, in_w = 0;  // input spatial size
+  int kernel = 3, stride = 1, padding = 0;
+  bool bias = false;
+  int out_h() const { return (in_h + 2 * padding - kernel) / stride + 1; }
+  int out_w() const { return (in_w + 2 * padding - kernel) / stride + 1; }
+};
+
+struct BatchNormConfig {
+  int channels = 0, h = 0, w = 0;
+  float eps = 1e-5f;
+  float momentum = 0.1f;  // PyTorch convention: running = (1 - m) * running + m * batch
+};
+
+enum class PoolKind : uint8_t { kMax, kAvg, kGlobalAvg };
+struct Pool2dConfig {
+  PoolKind kind = PoolKind::kMax;
+  int channels = 0, in_h = 0, in_w = 0;
+  int kernel = 2, stride = 2, padding = 0;  // ignored for kGlobalAvg
+  int out_h() const { return kind == PoolKind::kGlobalAvg ? 1 : (in_h + 2 * padding - kernel) / stride + 1; }
+  int out_w() const { return kind == PoolKind::kGlobalAvg ? 1 : (in_w + 2 * padding - kernel) / stride + 1; }
+};
+
+struct LinearConfig {
+  int in_features = 0, out_features = 0;
+  bool bias = true;
+};
+
+// ---- ops: created once per layer, primitives built once per batch size and reused ----------
+
+class Conv2dOp {
+ public:
+  virtual ~Conv2dOp() = default;
+  // x: (N, H, W, Cin)  w: (Cout, Cin, K, K)  b: (Cout) or null  ->  y: (N, OH, OW, Cout)
+  virtual void forward(int n, const float* x, const float* w, const float* b, float* y) = 0;
+  // dy: (N, OH, OW, Cout) -> dx: (N, H, W, Cin) (null: not needed), dw: (Cout, Cin, K, K),
+  // db: (Cout) (null when no bias). accumulate: add to dw/db instead of overwriting them.
+  virtual void backward(int n, const float* x, const float* w, const float* dy, float* dx,
+                        float* dw, float* db, bool accumulate) = 0;
+};
+
+class BatchNormOp {
+ public:
+  virtual ~BatchNormOp() = default;
+  // Training: normalise with the batch statistics, keep them for backward, and update the
+  // running statistics (unbiased variance, as PyTorch). x, y: (N, H, W, C); others: (C).
+  virtual void forward_train(int n, const float* x, const float* gamma, const float* beta,
+                             float* y, float* running_mean, float* running_var) = 0;
+  virtual void forward_infer(int n, const float* x, const float* gamma, const float* beta,
+                             const float* running_mean, const float* running_var, float* y) = 0;
+  // Backward of the last forward_train. dx: (N, H, W, C); dgamma, dbeta: (C).
+  virtual void backward(int n, const float* x, const float* gamma, const float* dy, float* dx,
+                        float* dgamma, float* dbeta, bool accumulate) = 0;
+};
+
+class Pool2dOp {
+ public:
+  virtual ~Pool2dOp() = default;
+  // x: (N, H, W, C) -> y: (N, OH, OW, C). Max pooling keeps what backward needs.
+  virtual void forward(int n, const float* x, float* y) = 0;
+  // dy: (N, OH, OW, C) -> dx: (N, H, W, C), of the last forward.
+  virtual void backward(int n, const float* dy, float* dx) = 0;
+};
+
+class LinearOp {
+ public:
+  virtual ~LinearOp() = default;
+  // x: (N, in)  w: (out, in)  b: (out) or null  ->  y: (N, out)
+  virtual void forward(int n, const float* x, const float* w, const float* b, float* y) = 0;
+  // dy: (N, out) -> dx: (N, in) (null: not needed), dw: (out, in), db: (out) or null.
+  virtual void backward(int n, const float* x, const float* w, const float* dy, float* dx,
+                        float* dw, float* db, bool accumulate) = 0;
+};
+
+struct LossResult {
+  double loss_sum = 0;  // sum over the batch of -log softmax(logits)[label]
+  int64_t correct = 0;  // samples whose arg-max equals the label
+};
+
+class SoftmaxCrossEntropyOp {
+ public:
+  virtual ~SoftmaxCrossEntropyOp() = default;
+  // logits: (N, K), labels: (N) in [0, K). Keeps the probabilities for backward.
+  // Returns on the host (a GPU backend synchronises here).
+  virtual LossResult forward(int n, const float* logits, const int32_t* labels) = 0;
+  // dlogits: (N, K) = (softmax - onehot(label)) * scale; scale = 1/N gives the batch mean.
+  virtual void backward(int n, const int32_t* labels, float* dlogits, float scale) = 0;
+};
+
+struct SgdConfig {
+  float lr = 0.1f;
+  float momentum = 0.9f;
+  float weight_decay = 0.0f;
+  bool nesterov = false;
+  float grad_scale = 1.0f;  // folded-in gradient averaging (1 / (world size * accum steps))
+};
+
+// A run of the flat arena with one weight-decay setting (BatchNorm parameters and biases
+// are not decayed).
+struct ParamSpan {
+  int64_t offset = 0, count = 0;
+  bool decay = true;
+};
+
+struct BackendOptions {
+  Device device = Device::kCpu;
+  int device_index = 0;  // GPU ordinal (the rank's node-local rank)
+  int threads = 0;       // CPU threads per rank; 0 = the runtime's default
+  Precision precision = Precision::kF32;
+  bool deterministic = false;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual std::string name() const = 0;  // "cpu (oneDNN 2.6.3, 1 thread)"
+
+  // Memory of the device, and host memory fit for fast copies to it (pinned on a GPU).
+  virtual Allocator* allocator() = 0;
+  virtual Allocator* staging_allocator() = 0;
+  // Copies between any two of {host, this device}; ordered with the backend's compute.
+  virtual void copy(void* dst, Device dst_device, const void* src, Device src_device,
+                    size_t bytes) = 0;
+  // Waits until everything queued on the device has finished (a no-op on CPU).
+  virtual void synchronize() = 0;
+  // The native compute stream (cudaStream_t on CUDA, null on CPU), for communicators that
+  // order their launches after compute (see Note [Stream-ordered collectives] in dist).
+  virtual void* native_stream() { return nullptr; }
+
+  virtual std::unique_ptr<Conv2dOp> conv2d(const Conv2dConfig& cfg) = 0;
+  virtual std::unique_ptr<BatchNormOp> batchnorm2d(const BatchNormConfig& cfg) = 0;
+  virtual std::unique_ptr<Pool2dOp> pool2d(const Pool2dConfig& cfg) = 0;
+  virtual std::unique_ptr<LinearOp> linear(const LinearConfig& cfg) = 0;
+  virtual std::unique_ptr<SoftmaxCrossEntropyOp> softmax_cross_entropy(int classes) = 0;
+
+  // Elementwise ops over `count` floats; outputs may alias inputs (in-place use is allowed).
+  // relu_backward uses y > 0 as the mask, so y may be the forward output kept in place of x.
+  virtual void relu_forward(int64_t count, const float* x, float* y) = 0;
+  virtual void relu_backward(int64_t count, const float* y, const float* dy, float* dx) = 0;
+  virtual void add(int64_t count, const float* a, const float* b, float* y) = 0;  // y = a + b
+  virtual void fill(int64_t count, float value, float* y) = 0;
+  virtual void scale(int64_t count, float alpha, float* y) = 0;  // y *= alpha
+  // True when no element is NaN or +-Inf.
+  virtual bool all_finite(int64_t count, const float* x) = 0;
+  // Layout changes for Flatten, whose output must follow PyTorch's (C, H, W) order so that a
+  // following linear layer's weight maps 1:1 onto torch: x (N, H, W, C) -> y (N, C, H, W),
+  // and the inverse for the gradient.
+  virtual void nhwc_to_nchw(int n, int h, int w, int c, const float* x, float* y) = 0;
+  virtual void nchw_to_nhwc(int n, int h, int w, int c, const float* x, float* y) = 0;
+
+  // One fused SGD step over the flat arena, PyTorch semantics:
+  //   g = grad_scale * grad + wd * p   (wd = 0 outside decayed spans)
+  //   m = momentum * m + g;  d = nesterov ? g + momentum * m : m;  p -= lr * d
+  virtual void sgd_update(const SgdConfig& cfg, const std::vector<ParamSpan>& spans,
+                          int64_t count, float* param, const float* grad, float* momentum) = 0;
+};
+
+// The registry: the one place that knows which backends were compiled in.
+std::unique_ptr<Backend> make_backend(const BackendOptions& options);
+bool cuda_backend_compiled();
+int cuda_device_count();  // 0 when the CUDA backend is not compiled or no GPU is visible
+// Resolves "auto" | "cpu" | "cuda" to a device, with a clear error when cuda is unavailable.
+Device resolve_device(const std::string& name);
+
+}  // namespace ddpv

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs every Debian package that the build, the tests, the demo and the benchmarks need,
+# and only those that are missing. Idempotent: a second run installs nothing.
+#   scripts/install-deps.sh            build + test dependencies
+#   scripts/install-deps.sh --bench    also PyTorch and matplotlib (benchmarks, plots, golden files)
+#   scripts/install-deps.sh --cluster  also Slurm and munge (tests/cluster)
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  openmpi-bin libopenmpi-dev          # MPI launcher and library
+  libhdf5-dev hdf5-tools              # image store and checkpoints; h5dump in tests
+  libboost-program-options-dev        # command-line parsing
+  libdnnl-dev                         # oneDNN, the CPU backend
+  libgtest-dev googletest             # unit and MPI tests
+  libbenchmark-dev                    # bench/
+  zlib1g-dev libjpeg-dev libpng-dev   # ddpv-convert: gzip IDX, JPEG, PNG
+  dataset-fashion-mnist               # the real data of `make demo`
+  python3 python3-numpy python3-h5py  # scripts/ and test fixtures
+)
+for arg in "$@"; do
+  case "$arg" in
+    --bench) packages+=(python3-torch python3-matplotlib) ;;
+    --cluster) packages+=(slurm-wlm munge iproute2) ;;
+    --torch) packages+=(python3-torch) ;;
+    *) echo "install-deps.sh: unknown option '$arg' (use --bench, --torch or --cluster)" >&2; exit 2 ;;
+  esac
+done
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "install-deps.sh: installing ${missing[*]}"
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -q >/dev/null
+$sudo apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null

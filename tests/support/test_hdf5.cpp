@@ -1,0 +1,69 @@
+// Test-side HDF5 readers on the plain C API, independent of src/data's HDF5 code.
+#include <hdf5.h>
+
+#include "support/test_support.hpp"
+
+namespace ddpv::test {
+namespace {
+
+template <typename T>
+std::vector<T> read_all(const std::string& file, const std::string& dataset, hid_t mem_type,
+                        std::vector<int64_t>* dims) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f < 0) throw std::runtime_error("cannot open " + file);
+  hid_t d = H5Dopen2(f, dataset.c_str(), H5P_DEFAULT);
+  if (d < 0) {
+    H5Fclose(f);
+    throw std::runtime_error("no dataset " + dataset + " in " + file);
+  }
+  hid_t s = H5Dget_space(d);
+  const int rank = H5Sget_simple_extent_ndims(s);
+  std::vector<hsize_t> h(static_cast<size_t>(rank));
+  H5Sget_simple_extent_dims(s, h.data(), nullptr);
+  size_t n = 1;
+  if (dims) dims->clear();
+  for (hsize_t x : h) {
+    n *= x;
+    if (dims) dims->push_back(static_cast<int64_t>(x));
+  }
+  std::vector<T> out(n);
+  const herr_t status = H5Dread(d, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data());
+  H5Sclose(s);
+  H5Dclose(d);
+  H5Fclose(f);
+  if (status < 0) throw std::runtime_error("cannot read " + dataset + " in " + file);
+  return out;
+}
+
+herr_t collect_name(hid_t, const char* name, const H5L_info_t*, void* data) {
+  static_cast<std::vector<std::string>*>(data)->push_back(name);
+  return 0;
+}
+
+}  // namespace
+
+std::vector<float> h5_read_floats(const std::string& file, const std::string& dataset,
+                                  std::vector<int64_t>* dims) {
+  return read_all<float>(file, dataset, H5T_NATIVE_FLOAT, dims);
+}
+
+std::vector<int32_t> h5_read_ints(const std::string& file, const std::string& dataset) {
+  return read_all<int32_t>(file, dataset, H5T_NATIVE_INT32, nullptr);
+}
+
+std::vector<std::string> h5_list(const std::string& file, const std::string& group) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  std::vector<std::string> names;
+  hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f < 0) throw std::runtime_error("cannot open " + file);
+  hid_t g = H5Gopen2(f, group.c_str(), H5P_DEFAULT);
+  if (g >= 0) {
+    H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, nullptr, collect_name, &names);
+    H5Gclose(g);
+  }
+  H5Fclose(f);
+  return names;
+}
+
+}  // namespace ddpv::test

@@ -1,0 +1,118 @@
+// Shared test helpers (see test_support.hpp).
+#include "support/test_support.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+namespace ddpv::test {
+
+std::vector<float> random_vector(size_t n, uint64_t seed, float lo, float hi) {
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+double max_rel_error(const float* a, const float* b, size_t n, double floor) {
+  double worst = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double denom = std::max(std::abs(static_cast<double>(b[i])), floor);
+    const double err = std::abs(static_cast<double>(a[i]) - b[i]) / denom;
+    if (std::isnan(err)) return INFINITY;
+    worst = std::max(worst, err);
+  }
+  return worst;
+}
+
+std::vector<double> numeric_gradient(const std::function<double()>& f, std::vector<float>& x,
+                                     const std::vector<size_t>& indices, double eps) {
+  std::vector<size_t> idx = indices;
+  if (idx.empty())
+    for (size_t i = 0; i < x.size(); ++i) idx.push_back(i);
+  std::vector<double> g;
+  g.reserve(idx.size());
+  for (size_t i : idx) {
+    const float saved = x[i];
+    x[i] = static_cast<float>(saved + eps);
+    const double fp = f();
+    x[i] = static_cast<float>(saved - eps);
+    const double fm = f();
+    x[i] = saved;
+    g.push_back((fp - fm) / (2 * eps));
+  }
+  return g;
+}
+
+std::vector<size_t> sample_indices(size_t n, size_t k) {
+  std::vector<size_t> out;
+  if (n == 0) return out;
+  if (k >= n) {
+    for (size_t i = 0; i < n; ++i) out.push_back(i);
+    return out;
+  }
+  for (size_t j = 0; j < k; ++j) out.push_back(j * (n - 1) / (k - 1));
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+TempDir::TempDir() {
+  std::string tmpl = (std::filesystem::temp_directory_path() / "ddpv-test-XXXXXX").string();
+  char* p = mkdtemp(tmpl.data());
+  if (p == nullptr) throw std::runtime_error("mkdtemp failed");
+  path_ = p;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+std::vector<Device> test_devices() {
+  std::vector<Device> d{Device::kCpu};
+  if (cuda_backend_compiled()) d.push_back(Device::kCuda);
+  return d;
+}
+
+std::string device_param_name(const ::testing::TestParamInfo<Device>& info) {
+  return device_name(info.param);
+}
+
+std::unique_ptr<Backend> backend_or_skip(Device device, int threads) {
+  if (device == Device::kCuda && cuda_device_count() == 0) return nullptr;
+  BackendOptions opt;
+  opt.device = device;
+  opt.threads = threads;
+  return make_backend(opt);
+}
+
+DeviceBuffer::DeviceBuffer(Backend* b, const std::vector<float>& host) : backend(b) {
+  t = Tensor::empty(Shape{static_cast<int64_t>(host.size())}, DType::kF32, b->allocator());
+  b->copy(t.raw(), b->device(), host.data(), Device::kCpu, host.size() * sizeof(float));
+}
+
+DeviceBuffer::DeviceBuffer(Backend* b, size_t n) : backend(b) {
+  t = Tensor::empty(Shape{static_cast<int64_t>(n)}, DType::kF32, b->allocator());
+  b->fill(static_cast<int64_t>(n), 0.0f, t.data<float>());
+}
+
+std::vector<float> DeviceBuffer::to_host() const {
+  std::vector<float> h(static_cast<size_t>(t.numel()));
+  backend->copy(h.data(), Device::kCpu, t.raw(), backend->device(), t.nbytes());
+  backend->synchronize();
+  return h;
+}
+
+DeviceLabels::DeviceLabels(Backend* b, const std::vector<int32_t>& host) {
+  t = Tensor::empty(Shape{static_cast<int64_t>(host.size())}, DType::kI32, b->allocator());
+  b->copy(t.raw(), b->device(), host.data(), Device::kCpu, host.size() * sizeof(int32_t));
+}
+
+std::string source_path(const std::string& relative) {
+  return std::string(DDPV_SOURCE_DIR) + "/" + relative;
+}
+
+}  // namespace ddpv::test

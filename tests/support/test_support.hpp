@@ -1,0 +1,90 @@
+// Shared test helpers: random data, error measures, a finite-difference gradient checker,
+// temporary directories, and the list of devices a test body runs on.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ddpv/backend/backend.hpp"
+
+namespace ddpv::test {
+
+// Uniform values in [lo, hi) from a fixed seed.
+std::vector<float> random_vector(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f);
+
+// max_i |a_i - b_i| / max(|b_i|, floor): relative error with an absolute floor for values near 0.
+double max_rel_error(const float* a, const float* b, size_t n, double floor = 1e-3);
+inline double max_rel_error(const std::vector<float>& a, const std::vector<float>& b,
+                            double floor = 1e-3) {
+  EXPECT_EQ(a.size(), b.size());
+  return max_rel_error(a.data(), b.data(), std::min(a.size(), b.size()), floor);
+}
+
+// Central finite differences of a scalar function f over the entries of x, in double:
+// returns df/dx_i for i in `indices` (all when empty). f reads x, which is perturbed in place.
+std::vector<double> numeric_gradient(const std::function<double()>& f, std::vector<float>& x,
+                                     const std::vector<size_t>& indices, double eps = 1e-2);
+
+// Up to k indices spread over [0, n), always including 0 and n - 1.
+std::vector<size_t> sample_indices(size_t n, size_t k);
+
+// A fresh directory under the system temp dir, removed when the object goes.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// The devices compiled in and present; a test body parameterised over Device runs on each,
+// and a GPU case skips visibly (GTEST_SKIP) when no GPU is present.
+std::vector<Device> test_devices();
+std::string device_param_name(const ::testing::TestParamInfo<Device>& info);
+// Skips the current test when `device` is not usable here; returns a backend otherwise.
+std::unique_ptr<Backend> backend_or_skip(Device device, int threads = 1);
+
+// Device <-> host helpers, so one test body serves both devices.
+struct DeviceBuffer {
+  Backend* backend = nullptr;
+  Tensor t;
+  DeviceBuffer(Backend* b, const std::vector<float>& host);
+  DeviceBuffer(Backend* b, size_t n);  // zero-filled
+  float* data() { return t.data<float>(); }
+  std::vector<float> to_host() const;
+};
+struct DeviceLabels {
+  Tensor t;
+  DeviceLabels(Backend* b, const std::vector<int32_t>& host);
+  const int32_t* data() const { return t.data<int32_t>(); }
+};
+
+// Path of a file in the source tree, e.g. source_path("tests/golden/lenet.h5").
+std::string source_path(const std::string& relative);
+
+}  // namespace ddpv::test
+
+// Declares `var` as a backend for `device`, or skips the test visibly when no GPU is present.
+#define DDPV_BACKEND_OR_SKIP(var, device)                                              \
+  auto var = ::ddpv::test::backend_or_skip(device);                                    \
+  if (!var) GTEST_SKIP() << "no CUDA device visible: GPU case skipped on this machine"
+
+namespace ddpv::test {
+// Reads a whole dataset of an HDF5 file as float / int32 (converted by HDF5), with its dims.
+// Written directly on the HDF5 C API, independent of the project's own HDF5 code.
+std::vector<float> h5_read_floats(const std::string& file, const std::string& dataset,
+                                  std::vector<int64_t>* dims = nullptr);
+std::vector<int32_t> h5_read_ints(const std::string& file, const std::string& dataset);
+// Names of the members of a group ("params" -> {"conv1.weight", ...}).
+std::vector<std::string> h5_list(const std::string& file, const std::string& group);
+}  // namespace ddpv::test
