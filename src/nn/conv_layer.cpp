@@ -1,0 +1,143 @@
+// Conv2d and BatchNorm2d layers over the backend's conv and batchnorm ops.
+#include "ddpv/nn/layers.hpp"
+
+namespace ddpv {
+namespace {
+
+class Conv2dLayer final : public Layer {
+ public:
+  Conv2dLayer(const std::string& name, int out_channels, int kernel, int stride, int padding,
+              bool bias, bool fan_out_init)
+      : Layer(name), bias_(bias), fan_out_init_(fan_out_init) {
+    cfg_.out_channels = out_channels;
+    cfg_.kernel = kernel;
+    cfg_.stride = stride;
+    cfg_.padding = padding;
+    cfg_.bias = bias;
+  }
+
+  Shape setup(Backend& backend, const Shape& in) override {
+    DDPV_CHECK(in.rank() == 3, "layer ", name_, ": needs an (H, W, C) input, got ", in.str());
+    backend_ = &backend;
+    in_ = in;
+    cfg_.in_h = static_cast<int>(in[0]);
+    cfg_.in_w = static_cast<int>(in[1]);
+    cfg_.in_channels = static_cast<int>(in[2]);
+    DDPV_CHECK(cfg_.out_h() > 0 && cfg_.out_w() > 0, "layer ", name_, ": a ", cfg_.kernel, "x",
+               cfg_.kernel, " kernel does not fit the input ", in.str());
+    out_ = Shape{cfg_.out_h(), cfg_.out_w(), cfg_.out_channels};
+    op_ = backend.conv2d(cfg_);
+    const int64_t k2 = static_cast<int64_t>(cfg_.kernel) * cfg_.kernel;
+    weight_ = {name_ + ".weight",
+               Shape{cfg_.out_channels, cfg_.in_channels, cfg_.kernel, cfg_.kernel},
+               true,
+               fan_out_init_ ? Init::kNormalFanOut : Init::kUniformFanIn,
+               cfg_.in_channels * k2,
+               cfg_.out_channels * k2};
+    bias_slot_ = {name_ + ".bias", Shape{cfg_.out_channels}, false, Init::kUniformFanIn,
+                  cfg_.in_channels * k2, cfg_.out_channels * k2};
+    return out_;
+  }
+
+  void collect(std::vector<ParamSlot*>& params, std::vector<ParamSlot*>&) override {
+    params.push_back(&weight_);
+    if (bias_) params.push_back(&bias_slot_);
+  }
+
+  void forward(const Tensor& x, Tensor& y, bool) override {
+    check_input(x);
+    op_->forward(static_cast<int>(x.shape()[0]), x.data<float>(), weight_.value,
+                 bias_ ? bias_slot_.value : nullptr, y.data<float>());
+  }
+
+  void backward(const Tensor& x, const Tensor&, const Tensor& dy, Tensor* dx, bool accumulate,
+                const GradReadyFn& ready) override {
+    op_->backward(static_cast<int>(x.shape()[0]), x.data<float>(), weight_.value,
+                  dy.data<float>(), dx ? dx->data<float>() : nullptr, weight_.grad,
+                  bias_ ? bias_slot_.grad : nullptr, accumulate);
+    if (bias_) report(bias_slot_, ready);
+    report(weight_, ready);
+  }
+
+  std::string describe() const override {
+    return name_ + ": conv " + std::to_string(cfg_.kernel) + "x" + std::to_string(cfg_.kernel) +
+           "/" + std::to_string(cfg_.stride) + " pad " + std::to_string(cfg_.padding) + ", " +
+           in_.str() + " -> " + out_.str();
+  }
+
+ private:
+  Conv2dConfig cfg_;
+  bool bias_, fan_out_init_;
+  std::unique_ptr<Conv2dOp> op_;
+  ParamSlot weight_, bias_slot_;
+};
+
+class BatchNorm2dLayer final : public Layer {
+ public:
+  explicit BatchNorm2dLayer(const std::string& name) : Layer(name) {}
+
+  Shape setup(Backend& backend, const Shape& in) override {
+    DDPV_CHECK(in.rank() == 3, "layer ", name_, ": needs an (H, W, C) input, got ", in.str());
+    backend_ = &backend;
+    in_ = out_ = in;
+    BatchNormConfig cfg;
+    cfg.h = static_cast<int>(in[0]);
+    cfg.w = static_cast<int>(in[1]);
+    cfg.channels = static_cast<int>(in[2]);
+    op_ = backend.batchnorm2d(cfg);
+    const Shape c{cfg.channels};
+    gamma_ = {name_ + ".weight", c, false, Init::kOnes};
+    beta_ = {name_ + ".bias", c, false, Init::kZeros};
+    mean_ = {name_ + ".running_mean", c, false, Init::kZeros};
+    var_ = {name_ + ".running_var", c, false, Init::kOnes};
+    return out_;
+  }
+
+  void collect(std::vector<ParamSlot*>& params, std::vector<ParamSlot*>& buffers) override {
+    params.push_back(&gamma_);
+    params.push_back(&beta_);
+    buffers.push_back(&mean_);
+    buffers.push_back(&var_);
+  }
+
+  void forward(const Tensor& x, Tensor& y, bool training) override {
+    check_input(x);
+    const int n = static_cast<int>(x.shape()[0]);
+    if (training) {
+      op_->forward_train(n, x.data<float>(), gamma_.value, beta_.value, y.data<float>(),
+                         mean_.value, var_.value);
+    } else {
+      op_->forward_infer(n, x.data<float>(), gamma_.value, beta_.value, mean_.value, var_.value,
+                         y.data<float>());
+    }
+  }
+
+  void backward(const Tensor& x, const Tensor&, const Tensor& dy, Tensor* dx, bool accumulate,
+                const GradReadyFn& ready) override {
+    DDPV_CHECK(dx != nullptr, "layer ", name_, ": BatchNorm always needs its input gradient");
+    op_->backward(static_cast<int>(x.shape()[0]), x.data<float>(), gamma_.value, dy.data<float>(),
+                  dx->data<float>(), gamma_.grad, beta_.grad, accumulate);
+    report(beta_, ready);
+    report(gamma_, ready);
+  }
+
+  std::string describe() const override { return name_ + ": batchnorm, " + in_.str(); }
+
+ private:
+  std::unique_ptr<BatchNormOp> op_;
+  ParamSlot gamma_, beta_, mean_, var_;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_conv2d(const std::string& name, int out_channels, int kernel,
+                                   int stride, int padding, bool bias, bool kaiming_fan_out) {
+  return std::make_unique<Conv2dLayer>(name, out_channels, kernel, stride, padding, bias,
+                                       kaiming_fan_out);
+}
+
+std::unique_ptr<Layer> make_batchnorm2d(const std::string& name) {
+  return std::make_unique<BatchNorm2dLayer>(name);
+}
+
+}  // namespace ddpv

@@ -1,0 +1,136 @@
+// Residual blocks of He et al. 2016: y = relu(main(x) + shortcut(x)).
+#include "ddpv/nn/layers.hpp"
+#include "nn/sequence.hpp"
+
+namespace ddpv {
+namespace {
+
+class ResidualBlock final : public Layer {
+ public:
+  ResidualBlock(const std::string& name, const char* kind) : Layer(name), kind_(kind) {}
+  Sequence& main() { return main_; }
+  Sequence& shortcut() { return shortcut_; }
+
+  Shape setup(Backend& backend, const Shape& in) override {
+    backend_ = &backend;
+    in_ = in;
+    out_ = main_.setup(backend, in);
+    const Shape sc = shortcut_.setup(backend, in);
+    DDPV_CHECK(sc == out_, "block ", name_, ": main branch gives ", out_.str(),
+               " but the shortcut gives ", sc.str());
+    return out_;
+  }
+
+  // Forward order main then shortcut, so the reverse (arena) order is shortcut then main,
+  // the order backward produces them (see Note [Reverse layer order]).
+  void collect(std::vector<ParamSlot*>& params, std::vector<ParamSlot*>& buffers) override {
+    main_.collect(params, buffers);
+    shortcut_.collect(params, buffers);
+  }
+
+  void forward(const Tensor& x, Tensor& y, bool training) override {
+    check_input(x);
+    const Tensor& m = main_.forward(x, training);
+    const Tensor& s = shortcut_.forward(x, training);
+    backend_->add(y.numel(), m.data<float>(), s.data<float>(), y.data<float>());
+    backend_->relu_forward(y.numel(), y.data<float>(), y.data<float>());
+  }
+
+  void backward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx, bool accumulate,
+                const GradReadyFn& ready) override {
+    ensure_tensor(dsum_, y.shape(), *backend_);
+    backend_->relu_backward(y.numel(), y.data<float>(), dy.data<float>(), dsum_.data<float>());
+    Tensor* dx_short = nullptr;
+    if (!shortcut_.empty()) {
+      ensure_tensor(dx_short_, x.shape(), *backend_);
+      dx_short = &dx_short_;
+      shortcut_.backward(x, dsum_, dx ? dx_short : nullptr, accumulate, ready);
+    }
+    main_.backward(x, dsum_, dx, accumulate, ready);
+    if (dx) {
+      const Tensor& other = shortcut_.empty() ? dsum_ : *dx_short;
+      backend_->add(dx->numel(), dx->data<float>(), other.data<float>(), dx->data<float>());
+    }
+  }
+
+  std::string describe() const override {
+    return name_ + ": " + kind_ + " block" + (shortcut_.empty() ? "" : " (projection shortcut)") +
+           ", " + in_.str() + " -> " + out_.str();
+  }
+
+ private:
+  const char* kind_;
+  Sequence main_, shortcut_;
+  Tensor dsum_, dx_short_;
+};
+
+// 1x1 projection + BatchNorm when the block changes the shape ("option B").
+void add_downsample(ResidualBlock& b, const std::string& name, int out_planes, int stride) {
+  b.shortcut().add(make_conv2d(name + ".downsample.0", out_planes, 1, stride, 0, false, true));
+  b.shortcut().add(make_batchnorm2d(name + ".downsample.1"));
+}
+
+// Decides the projection at setup time, when the input channel count is known.
+class LazyBlock final : public Layer {
+ public:
+  LazyBlock(const std::string& name, int planes, int stride, bool bottleneck)
+      : Layer(name), planes_(planes), stride_(stride), bottleneck_(bottleneck) {}
+
+  Shape setup(Backend& backend, const Shape& in) override {
+    DDPV_CHECK(in.rank() == 3, "block ", name_, ": needs an (H, W, C) input, got ", in.str());
+    backend_ = &backend;
+    block_ = std::make_unique<ResidualBlock>(name_, bottleneck_ ? "bottleneck" : "basic");
+    Sequence& m = block_->main();
+    const std::string& p = name_;
+    int out_planes = planes_;
+    if (bottleneck_) {
+      out_planes = planes_ * 4;
+      m.add(make_conv2d(p + ".conv1", planes_, 1, 1, 0, false, true));
+      m.add(make_batchnorm2d(p + ".bn1"));
+      m.add(make_relu(p + ".relu1"));
+      m.add(make_conv2d(p + ".conv2", planes_, 3, stride_, 1, false, true));
+      m.add(make_batchnorm2d(p + ".bn2"));
+      m.add(make_relu(p + ".relu2"));
+      m.add(make_conv2d(p + ".conv3", out_planes, 1, 1, 0, false, true));
+      m.add(make_batchnorm2d(p + ".bn3"));
+    } else {
+      m.add(make_conv2d(p + ".conv1", planes_, 3, stride_, 1, false, true));
+      m.add(make_batchnorm2d(p + ".bn1"));
+      m.add(make_relu(p + ".relu1"));
+      m.add(make_conv2d(p + ".conv2", planes_, 3, 1, 1, false, true));
+      m.add(make_batchnorm2d(p + ".bn2"));
+    }
+    if (stride_ != 1 || in[2] != out_planes) add_downsample(*block_, p, out_planes, stride_);
+    in_ = in;
+    out_ = block_->setup(backend, in);
+    return out_;
+  }
+  void collect(std::vector<ParamSlot*>& params, std::vector<ParamSlot*>& buffers) override {
+    block_->collect(params, buffers);
+  }
+  void forward(const Tensor& x, Tensor& y, bool training) override {
+    block_->forward(x, y, training);
+  }
+  void backward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx, bool accumulate,
+                const GradReadyFn& ready) override {
+    block_->backward(x, y, dy, dx, accumulate, ready);
+  }
+  std::string describe() const override { return block_ ? block_->describe() : name_; }
+
+ private:
+  int planes_, stride_;
+  bool bottleneck_;
+  std::unique_ptr<ResidualBlock> block_;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_basic_block(const std::string& name, int planes, int stride) {
+  return std::make_unique<LazyBlock>(name, planes, stride, false);
+}
+
+std::unique_ptr<Layer> make_bottleneck(const std::string& name, int planes, int stride) {
+  return std::make_unique<LazyBlock>(name, planes, stride, true);
+}
+
+}  // namespace ddpv

@@ -1,0 +1,63 @@
+// Sequence: forward and backward through a chain of layers.
+#include "nn/sequence.hpp"
+
+#include <algorithm>
+
+namespace ddpv {
+
+Shape Sequence::setup(Backend& backend, const Shape& in) {
+  backend_ = &backend;
+  Shape s = in;
+  max_numel_ = in.numel();
+  for (auto& layer : layers_) {
+    s = layer->setup(backend, s);
+    max_numel_ = std::max(max_numel_, s.numel());
+  }
+  acts_.resize(layers_.size());
+  return s;
+}
+
+void Sequence::collect(std::vector<ParamSlot*>& params, std::vector<ParamSlot*>& buffers) {
+  for (auto& layer : layers_) layer->collect(params, buffers);
+}
+
+const Tensor& Sequence::forward(const Tensor& x, bool training) {
+  const int64_t n = x.shape()[0];
+  const Tensor* in = &x;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    ensure_tensor(acts_[i], batch_shape(n, layers_[i]->out_shape()), *backend_);
+    layers_[i]->forward(*in, acts_[i], training);
+    in = &acts_[i];
+  }
+  return *in;
+}
+
+void Sequence::backward(const Tensor& x, const Tensor& dy, Tensor* dx, bool accumulate,
+                        const GradReadyFn& ready) {
+  if (layers_.empty()) {
+    if (dx) backend_->copy(dx->raw(), dx->device(), dy.raw(), dy.device(), dy.nbytes());
+    return;
+  }
+  const int64_t n = x.shape()[0];
+  for (auto& g : grad_buf_) ensure_tensor(g, Shape{n * max_numel_}, *backend_);
+  Tensor upstream = dy;
+  int next = 0;
+  for (size_t k = layers_.size(); k-- > 0;) {
+    const Tensor& in = k == 0 ? x : acts_[k - 1];
+    Tensor view;
+    Tensor* down = nullptr;
+    if (k == 0) {
+      down = dx;
+    } else {
+      view = Tensor::wrap(grad_buf_[next].raw(), in.shape(), DType::kF32, in.device());
+      down = &view;
+    }
+    layers_[k]->backward(in, acts_[k], upstream, down, accumulate, ready);
+    if (k > 0) {
+      upstream = view;
+      next ^= 1;
+    }
+  }
+}
+
+}  // namespace ddpv

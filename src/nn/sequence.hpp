@@ -1,0 +1,37 @@
+// Sequence: runs a chain of layers forward and backward, owning the activations between them.
+// Used for a model's top level and for each branch of a residual block.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "ddpv/nn/layers.hpp"
+
+namespace ddpv {
+
+class Sequence {
+ public:
+  void add(std::unique_ptr<Layer> layer) { layers_.push_back(std::move(layer)); }
+  bool empty() const { return layers_.empty(); }
+  const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
+
+  Shape setup(Backend& backend, const Shape& in);
+  void collect(std::vector<ParamSlot*>& params, std::vector<ParamSlot*>& buffers);
+
+  // x: (N, in...) -> the output of the last layer (x itself when empty), owned by the sequence.
+  const Tensor& forward(const Tensor& x, bool training);
+  // dy: like the output -> dx: like x (null: not needed).
+  void backward(const Tensor& x, const Tensor& dy, Tensor* dx, bool accumulate,
+                const GradReadyFn& ready);
+
+ private:
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<Tensor> acts_;  // acts_[i]: output of layer i
+  // Note [Ping-pong gradients]: the gradient flowing between layers only lives for one layer's
+  // backward, so two buffers of the largest activation serve the whole chain.
+  Tensor grad_buf_[2];
+  Backend* backend_ = nullptr;
+  int64_t max_numel_ = 0;  // largest per-sample activation (inputs included)
+};
+
+}  // namespace ddpv

@@ -1,0 +1,176 @@
+// Parameter-free layers: ReLU, max/avg/global-average pooling, and Flatten.
+#include "ddpv/nn/layers.hpp"
+
+namespace ddpv {
+namespace {
+
+class ReluLayer final : public Layer {
+ public:
+  using Layer::Layer;
+  Shape setup(Backend& backend, const Shape& in) override {
+    backend_ = &backend;
+    in_ = out_ = in;
+    return out_;
+  }
+  void forward(const Tensor& x, Tensor& y, bool) override {
+    check_input(x);
+    backend_->relu_forward(x.numel(), x.data<float>(), y.data<float>());
+  }
+  void backward(const Tensor&, const Tensor& y, const Tensor& dy, Tensor* dx, bool,
+                const GradReadyFn&) override {
+    if (dx) backend_->relu_backward(y.numel(), y.data<float>(), dy.data<float>(), dx->data<float>());
+  }
+  std::string describe() const override { return name_ + ": relu, " + in_.str(); }
+};
+
+class PoolLayer final : public Layer {
+ public:
+  PoolLayer(const std::string& name, PoolKind kind, int kernel, int stride, int padding)
+      : Layer(name) {
+    cfg_.kind = kind;
+    cfg_.kernel = kernel;
+    cfg_.stride = stride;
+    cfg_.padding = padding;
+  }
+  Shape setup(Backend& backend, const Shape& in) override {
+    DDPV_CHECK(in.rank() == 3, "layer ", name_, ": needs an (H, W, C) input, got ", in.str());
+    backend_ = &backend;
+    in_ = in;
+    cfg_.in_h = static_cast<int>(in[0]);
+    cfg_.in_w = static_cast<int>(in[1]);
+    cfg_.channels = static_cast<int>(in[2]);
+    DDPV_CHECK(cfg_.out_h() > 0 && cfg_.out_w() > 0, "layer ", name_, ": a ", cfg_.kernel, "x",
+               cfg_.kernel, " window does not fit the input ", in.str());
+    out_ = Shape{cfg_.out_h(), cfg_.out_w(), cfg_.channels};
+    op_ = backend.pool2d(cfg_);
+    return out_;
+  }
+  void forward(const Tensor& x, Tensor& y, bool) override {
+    check_input(x);
+    op_->forward(static_cast<int>(x.shape()[0]), x.data<float>(), y.data<float>());
+  }
+  void backward(const Tensor& x, const Tensor&, const Tensor& dy, Tensor* dx, bool,
+                const GradReadyFn&) override {
+    if (dx) op_->backward(static_cast<int>(x.shape()[0]), dy.data<float>(), dx->data<float>());
+  }
+  std::string describe() const override {
+    const char* kind = cfg_.kind == PoolKind::kMax ? "maxpool"
+                       : cfg_.kind == PoolKind::kAvg ? "avgpool"
+                                                     : "global avgpool";
+    return name_ + ": " + kind + ", " + in_.str() + " -> " + out_.str();
+  }
+
+ private:
+  Pool2dConfig cfg_;
+  std::unique_ptr<Pool2dOp> op_;
+};
+
+class FlattenLayer final : public Layer {
+ public:
+  using Layer::Layer;
+  Shape setup(Backend& backend, const Shape& in) override {
+    DDPV_CHECK(in.rank() == 3, "layer ", name_, ": needs an (H, W, C) input, got ", in.str());
+    backend_ = &backend;
+    in_ = in;
+    out_ = Shape{in.numel()};
+    return out_;
+  }
+  // A 1x1 spatial map needs no reordering: (1, 1, C) and (C, 1, 1) are the same bytes.
+  void forward(const Tensor& x, Tensor& y, bool) override {
+    check_input(x);
+    const int n = static_cast<int>(x.shape()[0]);
+    if (in_[0] * in_[1] == 1) {
+      backend_->copy(y.raw(), y.device(), x.raw(), x.device(), x.nbytes());
+    } else {
+      backend_->nhwc_to_nchw(n, static_cast<int>(in_[0]), static_cast<int>(in_[1]),
+                             static_cast<int>(in_[2]), x.data<float>(), y.data<float>());
+    }
+  }
+  void backward(const Tensor& x, const Tensor&, const Tensor& dy, Tensor* dx, bool,
+                const GradReadyFn&) override {
+    if (!dx) return;
+    const int n = static_cast<int>(x.shape()[0]);
+    if (in_[0] * in_[1] == 1) {
+      backend_->copy(dx->raw(), dx->device(), dy.raw(), dy.device(), dy.nbytes());
+    } else {
+      backend_->nchw_to_nhwc(n, static_cast<int>(in_[0]), static_cast<int>(in_[1]),
+                             static_cast<int>(in_[2]), dy.data<float>(), dx->data<float>());
+    }
+  }
+  std::string describe() const override {
+    return name_ + ": flatten (C, H, W order), " + in_.str() + " -> " + out_.str();
+  }
+};
+
+class LinearLayer final : public Layer {
+ public:
+  LinearLayer(const std::string& name, int out_features, bool bias) : Layer(name), bias_(bias) {
+    cfg_.out_features = out_features;
+    cfg_.bias = bias;
+  }
+  Shape setup(Backend& backend, const Shape& in) override {
+    DDPV_CHECK(in.rank() == 1, "layer ", name_, ": needs a flat (F) input, got ", in.str(),
+               " (add a flatten layer)");
+    backend_ = &backend;
+    in_ = in;
+    cfg_.in_features = static_cast<int>(in[0]);
+    out_ = Shape{cfg_.out_features};
+    op_ = backend.linear(cfg_);
+    weight_ = {name_ + ".weight", Shape{cfg_.out_features, cfg_.in_features}, true,
+               Init::kUniformFanIn, cfg_.in_features, cfg_.out_features};
+    bias_slot_ = {name_ + ".bias", Shape{cfg_.out_features}, false, Init::kUniformFanIn,
+                  cfg_.in_features, cfg_.out_features};
+    return out_;
+  }
+  void collect(std::vector<ParamSlot*>& params, std::vector<ParamSlot*>&) override {
+    params.push_back(&weight_);
+    if (bias_) params.push_back(&bias_slot_);
+  }
+  void forward(const Tensor& x, Tensor& y, bool) override {
+    check_input(x);
+    op_->forward(static_cast<int>(x.shape()[0]), x.data<float>(), weight_.value,
+                 bias_ ? bias_slot_.value : nullptr, y.data<float>());
+  }
+  void backward(const Tensor& x, const Tensor&, const Tensor& dy, Tensor* dx, bool accumulate,
+                const GradReadyFn& ready) override {
+    op_->backward(static_cast<int>(x.shape()[0]), x.data<float>(), weight_.value,
+                  dy.data<float>(), dx ? dx->data<float>() : nullptr, weight_.grad,
+                  bias_ ? bias_slot_.grad : nullptr, accumulate);
+    if (bias_) report(bias_slot_, ready);
+    report(weight_, ready);
+  }
+  std::string describe() const override {
+    return name_ + ": linear, " + in_.str() + " -> " + out_.str();
+  }
+
+ private:
+  LinearConfig cfg_;
+  bool bias_;
+  std::unique_ptr<LinearOp> op_;
+  ParamSlot weight_, bias_slot_;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_relu(const std::string& name) {
+  return std::make_unique<ReluLayer>(name);
+}
+std::unique_ptr<Layer> make_maxpool2d(const std::string& name, int kernel, int stride,
+                                      int padding) {
+  return std::make_unique<PoolLayer>(name, PoolKind::kMax, kernel, stride, padding);
+}
+std::unique_ptr<Layer> make_avgpool2d(const std::string& name, int kernel, int stride,
+                                      int padding) {
+  return std::make_unique<PoolLayer>(name, PoolKind::kAvg, kernel, stride, padding);
+}
+std::unique_ptr<Layer> make_global_avgpool(const std::string& name) {
+  return std::make_unique<PoolLayer>(name, PoolKind::kGlobalAvg, 1, 1, 0);
+}
+std::unique_ptr<Layer> make_flatten(const std::string& name) {
+  return std::make_unique<FlattenLayer>(name);
+}
+std::unique_ptr<Layer> make_linear(const std::string& name, int out_features, bool bias) {
+  return std::make_unique<LinearLayer>(name, out_features, bias);
+}
+
+}  // namespace ddpv

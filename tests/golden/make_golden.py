@@ -1,0 +1,67 @@
+#!/usr/bin/python3
+"""Writes the golden tensors of tests/golden/*.h5 with PyTorch, an implementation independent
+of ours: the models of scripts/ddpv_torch.py, deterministic weights and inputs, one training-mode
+forward and backward. The C++ test (tests/unit/golden_test.cpp) loads the same weights and
+input, runs our forward and backward, and compares logits, loss, every gradient and the updated
+BatchNorm running statistics.
+
+Regenerate (needs Debian's python3-torch and python3-h5py):
+    /usr/bin/python3 tests/golden/make_golden.py
+"""
+import os
+import sys
+
+import h5py
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
+from ddpv_torch import make_model  # noqa: E402
+
+CASES = [  # name, (H, W, C), classes, batch
+    ("lenet", (28, 28, 1), 10, 4),
+    ("resnet20", (32, 32, 3), 10, 4),
+]
+
+
+def write_case(name, hwc, classes, batch):
+    torch.manual_seed(1234)
+    model = make_model(name, hwc, classes).double()
+    with torch.no_grad():  # non-trivial BatchNorm affine parameters
+        for mod in model.modules():
+            if isinstance(mod, torch.nn.BatchNorm2d):
+                mod.weight.uniform_(0.5, 1.5)
+                mod.bias.uniform_(-0.2, 0.2)
+    model.train()
+    x = torch.rand(batch, hwc[2], hwc[0], hwc[1], dtype=torch.float64) * 2 - 1
+    labels = torch.randint(0, classes, (batch,))
+    params0 = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    logits = model(x)
+    loss = F.cross_entropy(logits, labels)
+    loss.backward()
+    path = os.path.join(HERE, f"{name}.h5")
+    with h5py.File(path, "w") as f:
+        f.attrs["model"] = name
+        f.attrs["generator"] = f"torch {torch.__version__}, float64, training mode"
+        f["input"] = x.permute(0, 2, 3, 1).contiguous().float().numpy()  # NHWC
+        f["labels"] = labels.int().numpy()
+        f["logits"] = logits.detach().float().numpy()
+        f["loss"] = np.array([loss.item()], dtype=np.float32)
+        for k, v in params0.items():
+            if k.endswith("num_batches_tracked"):
+                continue
+            group = "buffers_before" if ("running" in k) else "params"
+            f[f"{group}/{k}"] = v.float().numpy()
+        for k, v in model.state_dict().items():
+            if "running" in k:
+                f[f"buffers_after/{k}"] = v.float().numpy()
+        for k, p in model.named_parameters():
+            f[f"grads/{k}"] = p.grad.float().numpy()
+    print(f"wrote {path}: loss {loss.item():.6f}")
+
+
+if __name__ == "__main__":
+    for case in CASES:
+        write_case(*case)
