@@ -1,0 +1,189 @@
+// BatchNormOp on oneDNN: batch normalisation forward (training, inference) and backward, NHWC,
+// with separate scale (gamma) and shift (beta) and PyTorch's running-statistics rule.
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.hpp"
+
+namespace ddpv::cpu {
+namespace {
+
+using Flags = dnnl::normalization_flags;
+
+// Everything built for one batch size.
+struct BatchNormPlan {
+  dnnl::batch_normalization_forward train, infer;
+  dnnl::batch_normalization_backward bwd;
+  Mem x, y, dy, dx, gamma, beta, run_mean, run_var;  // caller memory, bound per call
+  Scratchpad scratch;
+  std::unordered_map<int, Mem> train_args, infer_args, bwd_args;
+};
+
+class CpuBatchNorm final : public BatchNormOp {
+ public:
+  CpuBatchNorm(const CpuContext& ctx, const BatchNormConfig& cfg) : ctx_(ctx), cfg_(cfg) {
+    DDPV_CHECK(cfg.channels > 0 && cfg.h > 0 && cfg.w > 0,
+               "batchnorm2d: channels and spatial size must be positive, got channels=",
+               cfg.channels, " size ", cfg.h, "x", cfg.w);
+    DDPV_CHECK(cfg.eps > 0, "batchnorm2d: eps must be positive, got ", cfg.eps);
+    DDPV_CHECK(cfg.momentum >= 0 && cfg.momentum <= 1,
+               "batchnorm2d: momentum must lie in [0, 1], got ", cfg.momentum);
+    DDPV_DNNL_CHECK("batchnorm2d: allocating the statistics", {
+      const auto c_md = f32_desc({cfg.channels}, Tag::x);
+      mean_ = Mem(c_md, ctx.engine);
+      var_ = Mem(c_md, ctx.engine);
+      dgamma_ = Mem(c_md, ctx.engine);
+      dbeta_ = Mem(c_md, ctx.engine);
+      unused_shift_ = Mem(c_md, ctx.engine);
+    });
+  }
+
+  void forward_train(int n, const float* x, const float* gamma, const float* beta, float* y,
+                     float* running_mean, float* running_var) override {
+    check_batch("batchnorm2d forward", n);
+    const int64_t m = static_cast<int64_t>(n) * cfg_.h * cfg_.w;
+    DDPV_CHECK(m > 1, "batchnorm2d: training needs more than one value per channel, got batch ", n,
+               " of ", cfg_.h, "x", cfg_.w, "; use a larger batch");
+    ctx_.bind_threads();
+    BatchNormPlan& p = plan(n);
+    DDPV_DNNL_CHECK("batchnorm2d forward (training)", {
+      bind(p.x, x);
+      bind(p.y, y);
+      bind(p.gamma, gamma);
+      bind(p.beta, beta);
+      p.train.execute(ctx_.stream, p.train_args);
+    });
+    last_train_n_ = n;
+    // PyTorch's rule: the running variance takes the unbiased batch variance (oneDNN's
+    // variance is the biased one, which normalisation uses).
+    const float mom = cfg_.momentum;
+    const double unbias = static_cast<double>(m) / static_cast<double>(m - 1);
+    const float* mean = static_cast<const float*>(mean_.get_data_handle());
+    const float* var = static_cast<const float*>(var_.get_data_handle());
+    for (int c = 0; c < cfg_.channels; ++c) {
+      running_mean[c] = (1 - mom) * running_mean[c] + mom * mean[c];
+      running_var[c] = static_cast<float>((1 - mom) * running_var[c] + mom * var[c] * unbias);
+    }
+  }
+
+  void forward_infer(int n, const float* x, const float* gamma, const float* beta,
+                     const float* running_mean, const float* running_var, float* y) override {
+    check_batch("batchnorm2d forward", n);
+    ctx_.bind_threads();
+    BatchNormPlan& p = plan(n);
+    DDPV_DNNL_CHECK("batchnorm2d forward (inference)", {
+      bind(p.x, x);
+      bind(p.y, y);
+      bind(p.gamma, gamma);
+      bind(p.beta, beta);
+      bind(p.run_mean, running_mean);
+      bind(p.run_var, running_var);
+      p.infer.execute(ctx_.stream, p.infer_args);
+    });
+  }
+
+  void backward(int n, const float* x, const float* gamma, const float* dy, float* dx,
+                float* dgamma, float* dbeta, bool accumulate) override {
+    check_batch("batchnorm2d backward", n);
+    DDPV_CHECK(n == last_train_n_, "batchnorm2d backward: batch size ", n,
+               " differs from the last forward_train (", last_train_n_,
+               "); backward needs that forward's batch statistics");
+    ctx_.bind_threads();
+    BatchNormPlan& p = plan(n);
+    DDPV_DNNL_CHECK("batchnorm2d backward", {
+      bind(p.x, x);
+      bind(p.gamma, gamma);
+      bind(p.dy, dy);
+      bind(p.dx, dx);
+      p.bwd.execute(ctx_.stream, p.bwd_args);
+    });
+    const float* dg = static_cast<const float*>(dgamma_.get_data_handle());
+    const float* db = static_cast<const float*>(dbeta_.get_data_handle());
+    for (int c = 0; c < cfg_.channels; ++c) {
+      dgamma[c] = accumulate ? dgamma[c] + dg[c] : dg[c];
+      dbeta[c] = accumulate ? dbeta[c] + db[c] : db[c];
+    }
+  }
+
+ private:
+  BatchNormPlan& plan(int n) {
+    auto it = plans_.find(n);
+    if (it != plans_.end()) return *it->second;
+    auto p = std::make_unique<BatchNormPlan>();
+    DDPV_DNNL_CHECK("batchnorm2d: building the primitives for batch size " + std::to_string(n),
+                    build(n, *p));
+    return *plans_.emplace(n, std::move(p)).first->second;
+  }
+
+  void build(int n, BatchNormPlan& p) const {
+    const dnnl::engine& eng = ctx_.engine;
+    const auto x_md = f32_desc({n, cfg_.channels, cfg_.h, cfg_.w}, Tag::nhwc);
+    const auto c_md = f32_desc({cfg_.channels}, Tag::x);
+    const auto attr = user_scratchpad_attr();
+    const Flags affine = Flags::use_scale | Flags::use_shift;
+    using Fwd = dnnl::batch_normalization_forward;
+    using Bwd = dnnl::batch_normalization_backward;
+    const Fwd::primitive_desc train_pd(
+        Fwd::desc(dnnl::prop_kind::forward_training, x_md, cfg_.eps, affine), attr, eng);
+    const Fwd::primitive_desc infer_pd(Fwd::desc(dnnl::prop_kind::forward_inference, x_md, cfg_.eps,
+                                                 affine | Flags::use_global_stats),
+                                       attr, eng);
+    const Bwd::primitive_desc bwd_pd(
+        Bwd::desc(dnnl::prop_kind::backward, x_md, x_md, cfg_.eps, affine), attr, eng, train_pd);
+    p.train = Fwd(train_pd);
+    p.infer = Fwd(infer_pd);
+    p.bwd = Bwd(bwd_pd);
+    p.scratch.require(train_pd);
+    p.scratch.require(infer_pd);
+    p.scratch.require(bwd_pd);
+    p.scratch.allocate(eng);
+
+    p.x = user_memory(x_md, eng);
+    p.y = user_memory(x_md, eng);
+    p.dy = user_memory(x_md, eng);
+    p.dx = user_memory(x_md, eng);
+    p.gamma = user_memory(c_md, eng);
+    p.beta = user_memory(c_md, eng);
+    p.run_mean = user_memory(c_md, eng);
+    p.run_var = user_memory(c_md, eng);
+    p.train_args = {{DNNL_ARG_SRC, p.x},
+                    {DNNL_ARG_DST, p.y},
+                    {DNNL_ARG_SCALE, p.gamma},
+                    {DNNL_ARG_SHIFT, p.beta},
+                    {DNNL_ARG_MEAN, mean_},
+                    {DNNL_ARG_VARIANCE, var_},
+                    {DNNL_ARG_SCRATCHPAD, p.scratch.view(train_pd, eng)}};
+    p.infer_args = {{DNNL_ARG_SRC, p.x},
+                    {DNNL_ARG_DST, p.y},
+                    {DNNL_ARG_SCALE, p.gamma},
+                    {DNNL_ARG_SHIFT, p.beta},
+                    {DNNL_ARG_MEAN, p.run_mean},
+                    {DNNL_ARG_VARIANCE, p.run_var},
+                    {DNNL_ARG_SCRATCHPAD, p.scratch.view(infer_pd, eng)}};
+    p.bwd_args = {
+        {DNNL_ARG_SRC, p.x},           {DNNL_ARG_MEAN, mean_},
+        {DNNL_ARG_VARIANCE, var_},     {DNNL_ARG_DIFF_DST, p.dy},
+        {DNNL_ARG_SCALE, p.gamma},     {DNNL_ARG_SHIFT, unused_shift_},
+        {DNNL_ARG_DIFF_SRC, p.dx},     {DNNL_ARG_DIFF_SCALE, dgamma_},
+        {DNNL_ARG_DIFF_SHIFT, dbeta_}, {DNNL_ARG_SCRATCHPAD, p.scratch.view(bwd_pd, eng)}};
+  }
+
+  CpuContext ctx_;
+  BatchNormConfig cfg_;
+  Mem mean_, var_;      // (C) batch statistics of the last forward_train, for backward
+  Mem dgamma_, dbeta_;  // (C) backward's output, before overwriting or adding
+  // (C) oneDNN 2.6 asks backward for the shift although the gradient does not depend on it,
+  // and BatchNormOp::backward is not given beta.
+  Mem unused_shift_;
+  int last_train_n_ = 0;
+  std::unordered_map<int, std::unique_ptr<BatchNormPlan>> plans_;  // by batch size
+};
+
+}  // namespace
+
+std::unique_ptr<BatchNormOp> make_batchnorm2d(const CpuContext& ctx, const BatchNormConfig& cfg) {
+  return std::make_unique<CpuBatchNorm>(ctx, cfg);
+}
+
+}  // namespace ddpv::cpu

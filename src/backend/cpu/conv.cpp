@@ -1,0 +1,209 @@
+// Conv2dOp on oneDNN: convolution forward, backward-data and backward-weights side by side.
+// Activations NHWC as the caller keeps them; weights OIHW in the caller's arena, reordered into
+// the layout each primitive prefers (see Note [Conv weight layouts]).
+#include <memory>
+#include <unordered_map>
+
+#include "backend/cpu/cpu_ops.hpp"
+
+namespace ddpv::cpu {
+namespace {
+
+// Note [Conv weight layouts]: the weights live in the flat parameter arena in PyTorch's OIHW
+// layout, while oneDNN's fast kernels want a blocked layout of their choosing (format_tag::any).
+// Weights change every step, so the forward and backward-data primitives reorder the arena's
+// weights into their layout on every call (cheap: weights are small next to activations), and
+// backward-weights computes into a scratch of its layout that is reordered back into the arena,
+// with a sum post-op when gradients accumulate.
+
+// A caller-owned plain tensor as one primitive sees it, in the layout it prefers.
+struct Relayout {
+  Mem user, prim;
+  dnnl::reorder to_prim;
+  bool same = true;
+
+  Relayout() = default;
+  Relayout(const Mem::desc& user_md, const Mem::desc& prim_md, const dnnl::engine& eng)
+      : user(user_memory(user_md, eng)), same(user_md == prim_md) {
+    if (same) {
+      prim = user;
+    } else {
+      prim = Mem(prim_md, eng);
+      to_prim = dnnl::reorder(user, prim);
+    }
+  }
+  void load(const CpuContext& ctx, const float* p) {
+    bind(user, p);
+    if (!same) to_prim.execute(ctx.stream, user, prim);
+  }
+};
+
+// Everything built for one batch size.
+struct ConvPlan {
+  dnnl::convolution_forward fwd;
+  dnnl::convolution_backward_data bwd_data;
+  dnnl::convolution_backward_weights bwd_weights;
+  Mem x, y, dy, dx, b;  // caller memory, bound per call
+  Relayout w_fwd, w_bwd;
+  Mem dw_user, dw_prim, db_prim;
+  dnnl::reorder dw_store, dw_add;  // dw_prim -> caller's OIHW, overwriting / accumulating
+  Scratchpad scratch;
+  std::unordered_map<int, Mem> fwd_args, bwd_data_args, bwd_weights_args;
+};
+
+void check_config(const Conv2dConfig& c) {
+  DDPV_CHECK(c.in_channels > 0 && c.out_channels > 0 && c.in_h > 0 && c.in_w > 0 && c.kernel > 0 &&
+                 c.stride > 0 && c.padding >= 0,
+             "conv2d: channels, input size, kernel and stride must be positive and padding "
+             "non-negative; got in_channels=",
+             c.in_channels, " out_channels=", c.out_channels, " input ", c.in_h, "x", c.in_w,
+             " kernel=", c.kernel, " stride=", c.stride, " padding=", c.padding);
+  DDPV_CHECK(c.in_h + 2 * c.padding >= c.kernel && c.in_w + 2 * c.padding >= c.kernel,
+             "conv2d: kernel ", c.kernel, " does not fit the input ", c.in_h, "x", c.in_w,
+             " with padding ", c.padding,
+             " (output size would be <= 0); use a smaller kernel "
+             "or more padding");
+}
+
+class CpuConv2d final : public Conv2dOp {
+ public:
+  CpuConv2d(const CpuContext& ctx, const Conv2dConfig& cfg) : ctx_(ctx), cfg_(cfg) {
+    check_config(cfg);
+  }
+
+  void forward(int n, const float* x, const float* w, const float* b, float* y) override {
+    check_batch("conv2d forward", n);
+    DDPV_CHECK(!cfg_.bias || b != nullptr, "conv2d forward: the layer has a bias but b is null");
+    ctx_.bind_threads();
+    ConvPlan& p = plan(n);
+    DDPV_DNNL_CHECK("conv2d forward", {
+      p.w_fwd.load(ctx_, w);
+      bind(p.x, x);
+      bind(p.y, y);
+      if (cfg_.bias) bind(p.b, b);
+      p.fwd.execute(ctx_.stream, p.fwd_args);
+    });
+  }
+
+  void backward(int n, const float* x, const float* w, const float* dy, float* dx, float* dw,
+                float* db, bool accumulate) override {
+    check_batch("conv2d backward", n);
+    DDPV_CHECK(dw != nullptr, "conv2d backward: dw must not be null");
+    DDPV_CHECK(!cfg_.bias || db != nullptr, "conv2d backward: the layer has a bias but db is null");
+    ctx_.bind_threads();
+    ConvPlan& p = plan(n);
+    DDPV_DNNL_CHECK("conv2d backward", {
+      bind(p.dy, dy);
+      if (dx != nullptr) {
+        p.w_bwd.load(ctx_, w);
+        bind(p.dx, dx);
+        p.bwd_data.execute(ctx_.stream, p.bwd_data_args);
+      }
+      bind(p.x, x);
+      p.bwd_weights.execute(ctx_.stream, p.bwd_weights_args);
+      bind(p.dw_user, dw);
+      (accumulate ? p.dw_add : p.dw_store).execute(ctx_.stream, p.dw_prim, p.dw_user);
+    });
+    if (cfg_.bias) {
+      const float* src = static_cast<const float*>(p.db_prim.get_data_handle());
+      if (accumulate) {
+        for (int c = 0; c < cfg_.out_channels; ++c) db[c] += src[c];
+      } else {
+        for (int c = 0; c < cfg_.out_channels; ++c) db[c] = src[c];
+      }
+    }
+  }
+
+ private:
+  ConvPlan& plan(int n) {
+    auto it = plans_.find(n);
+    if (it != plans_.end()) return *it->second;
+    auto p = std::make_unique<ConvPlan>();
+    DDPV_DNNL_CHECK("conv2d: building the primitives for batch size " + std::to_string(n),
+                    build(n, *p));
+    return *plans_.emplace(n, std::move(p)).first->second;
+  }
+
+  void build(int n, ConvPlan& p) const {
+    const auto& c = cfg_;
+    const dnnl::engine& eng = ctx_.engine;
+    const Mem::dims x_dims{n, c.in_channels, c.in_h, c.in_w};  // logical NCHW, nhwc in memory
+    const Mem::dims y_dims{n, c.out_channels, c.out_h(), c.out_w()};
+    const Mem::dims w_dims{c.out_channels, c.in_channels, c.kernel, c.kernel};
+    const Mem::dims b_dims{c.out_channels};
+    const Mem::dims strides{c.stride, c.stride}, pad{c.padding, c.padding};
+    const auto x_md = f32_desc(x_dims, Tag::nhwc), y_md = f32_desc(y_dims, Tag::nhwc);
+    const auto w_user_md = f32_desc(w_dims, Tag::oihw), b_md = f32_desc(b_dims, Tag::x);
+    const auto w_any = f32_desc(w_dims, Tag::any);
+    const auto alg = dnnl::algorithm::convolution_direct;
+    const auto attr = user_scratchpad_attr();
+
+    using Fwd = dnnl::convolution_forward;
+    using BwdData = dnnl::convolution_backward_data;
+    using BwdWeights = dnnl::convolution_backward_weights;
+    const auto fwd_desc = c.bias ? Fwd::desc(dnnl::prop_kind::forward_training, alg, x_md, w_any,
+                                             b_md, y_md, strides, pad, pad)
+                                 : Fwd::desc(dnnl::prop_kind::forward_training, alg, x_md, w_any,
+                                             y_md, strides, pad, pad);
+    const Fwd::primitive_desc fwd_pd(fwd_desc, attr, eng);
+    const BwdData::primitive_desc bwd_data_pd(
+        BwdData::desc(alg, x_md, w_any, y_md, strides, pad, pad), attr, eng, fwd_pd);
+    const auto bwd_w_desc = c.bias
+                                ? BwdWeights::desc(alg, x_md, w_any, b_md, y_md, strides, pad, pad)
+                                : BwdWeights::desc(alg, x_md, w_any, y_md, strides, pad, pad);
+    const BwdWeights::primitive_desc bwd_w_pd(bwd_w_desc, attr, eng, fwd_pd);
+
+    p.fwd = Fwd(fwd_pd);
+    p.bwd_data = BwdData(bwd_data_pd);
+    p.bwd_weights = BwdWeights(bwd_w_pd);
+    p.scratch.require(fwd_pd);
+    p.scratch.require(bwd_data_pd);
+    p.scratch.require(bwd_w_pd);
+    p.scratch.allocate(eng);
+
+    p.x = user_memory(x_md, eng);
+    p.y = user_memory(y_md, eng);
+    p.dy = user_memory(y_md, eng);
+    p.dx = user_memory(x_md, eng);
+    p.b = user_memory(b_md, eng);
+    p.w_fwd = Relayout(w_user_md, fwd_pd.weights_desc(), eng);
+    p.w_bwd = Relayout(w_user_md, bwd_data_pd.weights_desc(), eng);
+    p.dw_user = user_memory(w_user_md, eng);
+    p.dw_prim = Mem(bwd_w_pd.diff_weights_desc(), eng);
+    p.db_prim = Mem(b_md, eng);
+    p.dw_store = dnnl::reorder(p.dw_prim, p.dw_user);
+    dnnl::post_ops sum;
+    sum.append_sum(1.0f);
+    dnnl::primitive_attr add_attr;
+    add_attr.set_post_ops(sum);
+    p.dw_add = dnnl::reorder(
+        dnnl::reorder::primitive_desc(eng, p.dw_prim.get_desc(), eng, w_user_md, add_attr));
+
+    p.fwd_args = {{DNNL_ARG_SRC, p.x},
+                  {DNNL_ARG_WEIGHTS, p.w_fwd.prim},
+                  {DNNL_ARG_DST, p.y},
+                  {DNNL_ARG_SCRATCHPAD, p.scratch.view(fwd_pd, eng)}};
+    if (c.bias) p.fwd_args.emplace(DNNL_ARG_BIAS, p.b);
+    p.bwd_data_args = {{DNNL_ARG_DIFF_DST, p.dy},
+                       {DNNL_ARG_WEIGHTS, p.w_bwd.prim},
+                       {DNNL_ARG_DIFF_SRC, p.dx},
+                       {DNNL_ARG_SCRATCHPAD, p.scratch.view(bwd_data_pd, eng)}};
+    p.bwd_weights_args = {{DNNL_ARG_SRC, p.x},
+                          {DNNL_ARG_DIFF_DST, p.dy},
+                          {DNNL_ARG_DIFF_WEIGHTS, p.dw_prim},
+                          {DNNL_ARG_SCRATCHPAD, p.scratch.view(bwd_w_pd, eng)}};
+    if (c.bias) p.bwd_weights_args.emplace(DNNL_ARG_DIFF_BIAS, p.db_prim);
+  }
+
+  CpuContext ctx_;
+  Conv2dConfig cfg_;
+  std::unordered_map<int, std::unique_ptr<ConvPlan>> plans_;  // by batch size
+};
+
+}  // namespace
+
+std::unique_ptr<Conv2dOp> make_conv2d(const CpuContext& ctx, const Conv2dConfig& cfg) {
+  return std::make_unique<CpuConv2d>(ctx, cfg);
+}
+
+}  // namespace ddpv::cpu

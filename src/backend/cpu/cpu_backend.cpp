@@ -1,0 +1,203 @@
+// The CPU backend: host memory, the oneDNN engine and stream, the elementwise ops and the fused
+// SGD update; the op families live in conv.cpp, batchnorm.cpp, pool.cpp, linear.cpp and
+// softmax_xent.cpp.
+#include "backend/cpu/cpu_backend.hpp"
+
+#include <omp.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "backend/cpu/cpu_ops.hpp"
+
+namespace ddpv {
+namespace cpu {
+
+void CpuContext::bind_threads() const {
+  if (threads > 0) omp_set_num_threads(threads);
+}
+
+namespace {
+
+// Below this many elements a loop runs on one thread: waking a team costs more than it saves.
+constexpr int64_t kParallelMin = 1 << 16;
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const BackendOptions& options) {
+    DDPV_CHECK(options.device == Device::kCpu, "the CPU backend was asked for device ",
+               device_name(options.device));
+    DDPV_CHECK(options.threads >= 0, "--threads must be >= 0 (0: the runtime's default), got ",
+               options.threads);
+    DDPV_CHECK(options.precision == Precision::kF32, "the CPU backend computes in fp32 only; ",
+               precision_name(options.precision), " was asked: use --precision fp32");
+    ctx_.threads = options.threads;
+    ctx_.bind_threads();
+    DDPV_DNNL_CHECK("creating the CPU engine and stream", {
+      ctx_.engine = dnnl::engine(dnnl::engine::kind::cpu, 0);
+      ctx_.stream = dnnl::stream(ctx_.engine);
+    });
+  }
+
+  Device device() const override { return Device::kCpu; }
+
+  std::string name() const override {
+    const dnnl_version_t* v = dnnl_version();
+    const int threads = ctx_.threads > 0 ? ctx_.threads : omp_get_max_threads();
+    return "cpu (oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+           std::to_string(v->patch) + ", " + std::to_string(threads) +
+           (threads == 1 ? " thread)" : " threads)");
+  }
+
+  Allocator* allocator() override { return host_allocator(); }
+  Allocator* staging_allocator() override { return host_allocator(); }
+
+  void copy(void* dst, Device dst_device, const void* src, Device src_device,
+            size_t bytes) override {
+    DDPV_CHECK(dst_device == Device::kCpu && src_device == Device::kCpu,
+               "cpu backend: copy between ", device_name(src_device), " and ",
+               device_name(dst_device), " memory; this backend only knows host memory");
+    if (bytes > 0) std::memmove(dst, src, bytes);
+  }
+
+  void synchronize() override {}
+
+  std::unique_ptr<Conv2dOp> conv2d(const Conv2dConfig& cfg) override {
+    return make_conv2d(ctx_, cfg);
+  }
+  std::unique_ptr<BatchNormOp> batchnorm2d(const BatchNormConfig& cfg) override {
+    return make_batchnorm2d(ctx_, cfg);
+  }
+  std::unique_ptr<Pool2dOp> pool2d(const Pool2dConfig& cfg) override {
+    return make_pool2d(ctx_, cfg);
+  }
+  std::unique_ptr<LinearOp> linear(const LinearConfig& cfg) override {
+    return make_linear(ctx_, cfg);
+  }
+  std::unique_ptr<SoftmaxCrossEntropyOp> softmax_cross_entropy(int classes) override {
+    return make_softmax_cross_entropy(ctx_, classes);
+  }
+
+  void relu_forward(int64_t count, const float* x, float* y) override {
+    ctx_.bind_threads();
+#pragma omp parallel for simd if (count >= kParallelMin)
+    for (int64_t i = 0; i < count; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+  }
+
+  void relu_backward(int64_t count, const float* y, const float* dy, float* dx) override {
+    ctx_.bind_threads();
+#pragma omp parallel for simd if (count >= kParallelMin)
+    for (int64_t i = 0; i < count; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+  }
+
+  void add(int64_t count, const float* a, const float* b, float* y) override {
+    ctx_.bind_threads();
+#pragma omp parallel for simd if (count >= kParallelMin)
+    for (int64_t i = 0; i < count; ++i) y[i] = a[i] + b[i];
+  }
+
+  void fill(int64_t count, float value, float* y) override {
+    ctx_.bind_threads();
+#pragma omp parallel for simd if (count >= kParallelMin)
+    for (int64_t i = 0; i < count; ++i) y[i] = value;
+  }
+
+  void scale(int64_t count, float alpha, float* y) override {
+    ctx_.bind_threads();
+#pragma omp parallel for simd if (count >= kParallelMin)
+    for (int64_t i = 0; i < count; ++i) y[i] *= alpha;
+  }
+
+  bool all_finite(int64_t count, const float* x) override {
+    ctx_.bind_threads();
+    int bad = 0;
+    // |x| <= FLT_MAX is false for +-Inf and for NaN, and vectorises where isfinite may not.
+#pragma omp parallel for simd reduction(| : bad) if (count >= kParallelMin)
+    for (int64_t i = 0; i < count; ++i) bad |= !(std::fabs(x[i]) <= FLT_MAX);
+    return bad == 0;
+  }
+
+  // x: (N, H, W, C) -> y: (N, C, H, W)
+  void nhwc_to_nchw(int n, int h, int w, int c, const float* x, float* y) override {
+    DDPV_CHECK(x != y, "nhwc_to_nchw: a transpose cannot run in place");
+    ctx_.bind_threads();
+    const int64_t hw = static_cast<int64_t>(h) * w;
+#pragma omp parallel for if (static_cast <int64_t>(n) * hw * c >= kParallelMin)
+    for (int i = 0; i < n; ++i)
+      for (int64_t s = 0; s < hw; ++s)
+        for (int ch = 0; ch < c; ++ch) y[(i * int64_t{c} + ch) * hw + s] = x[(i * hw + s) * c + ch];
+  }
+
+  // x: (N, C, H, W) -> y: (N, H, W, C)
+  void nchw_to_nhwc(int n, int h, int w, int c, const float* x, float* y) override {
+    DDPV_CHECK(x != y, "nchw_to_nhwc: a transpose cannot run in place");
+    ctx_.bind_threads();
+    const int64_t hw = static_cast<int64_t>(h) * w;
+#pragma omp parallel for if (static_cast <int64_t>(n) * hw * c >= kParallelMin)
+    for (int i = 0; i < n; ++i)
+      for (int64_t s = 0; s < hw; ++s)
+        for (int ch = 0; ch < c; ++ch) y[(i * hw + s) * c + ch] = x[(i * int64_t{c} + ch) * hw + s];
+  }
+
+  void sgd_update(const SgdConfig& cfg, const std::vector<ParamSpan>& spans, int64_t count,
+                  float* param, const float* grad, float* momentum) override;
+
+ private:
+  cpu::CpuContext ctx_;
+};
+
+// Note [Fused SGD]: one pass over each span applies PyTorch's torch.optim.SGD (dampening 0):
+//   g = grad_scale * grad + wd * p;  m = momentum * m + g;  d = nesterov ? g + momentum * m : m;
+//   p -= lr * d.
+// A zero-initialised momentum buffer makes the first step m = g, which is PyTorch's
+// "buf = clone(g)" on its first step. With momentum 0 the buffer may be null: d = g.
+void CpuBackend::sgd_update(const SgdConfig& cfg, const std::vector<ParamSpan>& spans,
+                            int64_t count, float* param, const float* grad, float* momentum) {
+  DDPV_CHECK(cfg.momentum >= 0 && cfg.weight_decay >= 0 && cfg.lr >= 0,
+             "sgd_update: lr, momentum and weight decay must be >= 0, got lr=", cfg.lr,
+             " momentum=", cfg.momentum, " weight_decay=", cfg.weight_decay);
+  DDPV_CHECK(momentum != nullptr || cfg.momentum == 0.0f, "sgd_update: momentum ", cfg.momentum,
+             " needs a momentum buffer, got null");
+  int64_t covered = 0;
+  for (const ParamSpan& s : spans) {
+    DDPV_CHECK(s.offset >= 0 && s.count >= 0 && s.offset + s.count <= count, "sgd_update: span [",
+               s.offset, ", ", s.offset + s.count, ") lies outside the arena of ", count,
+               " parameters");
+    covered += s.count;
+  }
+  DDPV_CHECK(covered == count, "sgd_update: the spans cover ", covered, " of the ", count,
+             " parameters; every parameter must lie in exactly one span");
+  ctx_.bind_threads();
+  const float lr = cfg.lr, mu = cfg.momentum, gs = cfg.grad_scale;
+  const bool nesterov = cfg.nesterov;
+  for (const ParamSpan& s : spans) {
+    float* __restrict p = param + s.offset;
+    const float* __restrict gr = grad + s.offset;
+    const float wd = s.decay ? cfg.weight_decay : 0.0f;
+    const int64_t len = s.count;
+    if (momentum == nullptr) {
+#pragma omp parallel for simd if (len >= kParallelMin)
+      for (int64_t i = 0; i < len; ++i) p[i] -= lr * (gs * gr[i] + wd * p[i]);
+      continue;
+    }
+    float* __restrict m = momentum + s.offset;
+#pragma omp parallel for simd if (len >= kParallelMin)
+    for (int64_t i = 0; i < len; ++i) {
+      const float g = gs * gr[i] + wd * p[i];
+      const float mi = mu * m[i] + g;
+      m[i] = mi;
+      p[i] -= lr * (nesterov ? g + mu * mi : mi);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cpu
+
+std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& options) {
+  return std::make_unique<cpu::CpuBackend>(options);
+}
+
+}  // namespace ddpv

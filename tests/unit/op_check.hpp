@@ -1,0 +1,63 @@
+// Helpers shared by the op tests (tests/unit/op_*_test.cpp): closeness checks against
+// double-precision references, host <-> device round trips, and the scalar probe loss.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <sstream>
+#include <vector>
+
+#include "support/test_support.hpp"
+
+namespace ddpv::test {
+
+// Every |actual_i - expected_i| <= atol + rtol * |expected_i|; names the worst entry otherwise.
+inline ::testing::AssertionResult all_close(const std::vector<float>& actual,
+                                            const std::vector<double>& expected, double rtol,
+                                            double atol) {
+  if (actual.size() != expected.size())
+    return ::testing::AssertionFailure()
+           << "size " << actual.size() << " != expected size " << expected.size();
+  size_t worst = 0;
+  double worst_excess = -1;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    const double err = std::abs(static_cast<double>(actual[i]) - expected[i]);
+    const double excess = std::isnan(err) ? INFINITY : err - (atol + rtol * std::abs(expected[i]));
+    if (excess > worst_excess) {
+      worst_excess = excess;
+      worst = i;
+    }
+  }
+  if (worst_excess <= 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << "entry " << worst << " of " << actual.size() << ": got " << actual[worst]
+         << ", expected " << expected[worst] << " (rtol " << rtol << ", atol " << atol << ")";
+}
+
+// The entries `indices` of a full gradient, for comparison with numeric_gradient.
+inline std::vector<float> pick(const std::vector<float>& full, const std::vector<size_t>& indices) {
+  std::vector<float> out;
+  for (size_t i : indices) out.push_back(full[i]);
+  return out;
+}
+
+// sum_i a_i * b_i in double: the probe loss L = sum(y * r) whose gradient wrt y is r.
+inline double dot(const std::vector<float>& a, const std::vector<float>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) s += static_cast<double>(a[i]) * b[i];
+  return s;
+}
+
+// Overwrites a device buffer with host values.
+inline void upload(DeviceBuffer& d, const std::vector<float>& host) {
+  ASSERT_EQ(static_cast<size_t>(d.t.numel()), host.size());
+  d.backend->copy(d.data(), d.backend->device(), host.data(), Device::kCpu,
+                  host.size() * sizeof(float));
+}
+
+inline std::vector<double> to_double(const std::vector<float>& v) {
+  return std::vector<double>(v.begin(), v.end());
+}
+
+}  // namespace ddpv::test

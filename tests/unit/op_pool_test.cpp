@@ -1,0 +1,171 @@
+// Pool2dOp (max, average counting padding, global average) against naive double-precision
+// loops and finite differences, on every device.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+
+#include "op_check.hpp"
+
+namespace ddpv::test {
+namespace {
+
+Pool2dConfig config(PoolKind kind, int c, int h, int w, int k, int s, int p) {
+  Pool2dConfig cfg;
+  cfg.kind = kind;
+  cfg.channels = c;
+  cfg.in_h = h;
+  cfg.in_w = w;
+  cfg.kernel = k;
+  cfg.stride = s;
+  cfg.padding = p;
+  return cfg;
+}
+
+// Each output is the max, or the mean with the padding counted as zeros (PyTorch's
+// count_include_pad = True), of its window; global average: the mean over the whole image.
+// Backward routes dy to the arg-max, or spreads it evenly. x: (N, H, W, C), y: (N, OH, OW, C).
+void pool_ref(const Pool2dConfig& c, int n, const std::vector<float>& x,
+              const std::vector<float>& dy, std::vector<double>& y, std::vector<double>& dx) {
+  const bool global = c.kind == PoolKind::kGlobalAvg;
+  const int k_h = global ? c.in_h : c.kernel, k_w = global ? c.in_w : c.kernel;
+  const int s = global ? 1 : c.stride, p = global ? 0 : c.padding;
+  const int oh = c.out_h(), ow = c.out_w(), ch = c.channels;
+  y.assign(static_cast<size_t>(n) * oh * ow * ch, 0);
+  dx.assign(x.size(), 0);
+  for (int i = 0; i < n; ++i)
+    for (int yo = 0; yo < oh; ++yo)
+      for (int xo = 0; xo < ow; ++xo)
+        for (int k = 0; k < ch; ++k) {
+          const size_t out = ((static_cast<size_t>(i) * oh + yo) * ow + xo) * ch + k;
+          double best = -INFINITY, sum = 0;
+          size_t arg = 0;
+          for (int a = 0; a < k_h; ++a)
+            for (int b = 0; b < k_w; ++b) {
+              const int yi = yo * s - p + a, xi = xo * s - p + b;
+              if (yi < 0 || yi >= c.in_h || xi < 0 || xi >= c.in_w) continue;
+              const size_t in = ((static_cast<size_t>(i) * c.in_h + yi) * c.in_w + xi) * ch + k;
+              sum += x[in];
+              if (x[in] > best) best = x[in], arg = in;
+            }
+          if (c.kind == PoolKind::kMax) {
+            y[out] = best;
+            dx[arg] += dy[out];
+            continue;
+          }
+          const double count = static_cast<double>(k_h) * k_w;
+          y[out] = sum / count;
+          for (int a = 0; a < k_h; ++a)
+            for (int b = 0; b < k_w; ++b) {
+              const int yi = yo * s - p + a, xi = xo * s - p + b;
+              if (yi < 0 || yi >= c.in_h || xi < 0 || xi >= c.in_w) continue;
+              dx[((static_cast<size_t>(i) * c.in_h + yi) * c.in_w + xi) * ch + k] +=
+                  dy[out] / count;
+            }
+        }
+}
+
+// Distinct values 0.01 apart in random order: finite differences of max pooling never cross a
+// tie.
+std::vector<float> distinct_values(size_t n, uint64_t seed) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = 0.01f * static_cast<float>(i) - 0.005f * n;
+  std::shuffle(v.begin(), v.end(), std::mt19937_64(seed));
+  return v;
+}
+
+class PoolOpTest : public ::testing::TestWithParam<Device> {};
+
+TEST_P(PoolOpTest, MatchesNaiveLoopAndFiniteDifferences) {
+  DDPV_BACKEND_OR_SKIP(backend, GetParam());
+  struct Case {
+    const char* name;
+    int n;
+    Pool2dConfig cfg;
+  };
+  const Case cases[] = {
+      {"max k2 s2", 2, config(PoolKind::kMax, 3, 6, 7, 2, 2, 0)},
+      {"max k3 s2 p1", 2, config(PoolKind::kMax, 4, 7, 5, 3, 2, 1)},
+      {"max k3 s1 p1", 1, config(PoolKind::kMax, 2, 5, 5, 3, 1, 1)},
+      {"avg k2 s2", 2, config(PoolKind::kAvg, 3, 6, 7, 2, 2, 0)},
+      {"avg k3 s2 p1", 2, config(PoolKind::kAvg, 4, 7, 5, 3, 2, 1)},
+      {"avg k3 s1 p1", 1, config(PoolKind::kAvg, 2, 5, 6, 3, 1, 1)},
+      {"global 8x8", 3, config(PoolKind::kGlobalAvg, 5, 8, 8, 0, 0, 0)},
+      {"global 3x5", 2, config(PoolKind::kGlobalAvg, 4, 3, 5, 0, 0, 0)},
+  };
+  uint64_t seed = 500;
+  for (const Case& cs : cases) {
+    SCOPED_TRACE(cs.name);
+    const Pool2dConfig& c = cs.cfg;
+    const int n = cs.n;
+    const size_t nx = static_cast<size_t>(n) * c.in_h * c.in_w * c.channels;
+    const size_t ny = static_cast<size_t>(n) * c.out_h() * c.out_w() * c.channels;
+    auto x = distinct_values(nx, ++seed);
+    const auto r = random_vector(ny, ++seed);
+    auto op = backend->pool2d(c);
+    DeviceBuffer x_(backend.get(), x), y_(backend.get(), ny), dy_(backend.get(), r),
+        dx_(backend.get(), std::vector<float>(nx, 1e30f));  // backward must overwrite all of dx
+    op->forward(n, x_.data(), y_.data());
+    std::vector<double> ref_y, ref_dx;
+    pool_ref(c, n, x, r, ref_y, ref_dx);
+    EXPECT_TRUE(all_close(y_.to_host(), ref_y, 1e-6, 1e-6)) << "y";
+    op->backward(n, dy_.data(), dx_.data());
+    const auto dx_h = dx_.to_host();
+    EXPECT_TRUE(all_close(dx_h, ref_dx, 1e-6, 1e-6)) << "dx";
+
+    auto loss = [&] {
+      upload(x_, x);
+      op->forward(n, x_.data(), y_.data());
+      return dot(y_.to_host(), r);
+    };
+    const auto ix = sample_indices(nx, 16);
+    EXPECT_TRUE(all_close(pick(dx_h, ix), numeric_gradient(loss, x, ix, 1e-3), 1e-2, 1e-3))
+        << "dx FD";
+  }
+}
+
+TEST_P(PoolOpTest, OneOpServesSeveralBatchSizes) {
+  DDPV_BACKEND_OR_SKIP(backend, GetParam());
+  const Pool2dConfig c = config(PoolKind::kMax, 3, 4, 4, 2, 2, 0);
+  auto op = backend->pool2d(c);
+  for (int n : {3, 1, 3}) {
+    const size_t nx = static_cast<size_t>(n) * 16 * 3, ny = static_cast<size_t>(n) * 4 * 3;
+    const auto x = distinct_values(nx, 40 + n), dy = random_vector(ny, 50 + n);
+    DeviceBuffer x_(backend.get(), x), y_(backend.get(), ny), dy_(backend.get(), dy),
+        dx_(backend.get(), nx);
+    op->forward(n, x_.data(), y_.data());
+    op->backward(n, dy_.data(), dx_.data());
+    std::vector<double> ry, rdx;
+    pool_ref(c, n, x, dy, ry, rdx);
+    EXPECT_TRUE(all_close(y_.to_host(), ry, 0, 0)) << "n=" << n;
+    EXPECT_TRUE(all_close(dx_.to_host(), rdx, 0, 0)) << "n=" << n;
+  }
+}
+
+TEST_P(PoolOpTest, RejectsBadConfigurations) {
+  DDPV_BACKEND_OR_SKIP(backend, GetParam());
+  const Pool2dConfig bad[] = {
+      config(PoolKind::kMax, 0, 4, 4, 2, 2, 0),  // no channels
+      config(PoolKind::kMax, 3, 4, 4, 0, 2, 0),  // kernel 0
+      config(PoolKind::kAvg, 3, 4, 4, 2, 0, 0),  // stride 0
+      config(PoolKind::kAvg, 3, 4, 4, 2, 2, 2),  // padding more than half the kernel
+      config(PoolKind::kMax, 3, 2, 2, 5, 1, 1),  // window larger than the padded input
+      config(PoolKind::kGlobalAvg, 3, 0, 4, 0, 0, 0),
+  };
+  for (const Pool2dConfig& c : bad) {
+    try {
+      backend->pool2d(c);
+      ADD_FAILURE() << "accepted kernel=" << c.kernel << " stride=" << c.stride
+                    << " padding=" << c.padding;
+    } catch (const Error& e) {
+      EXPECT_NE(e.message().find("pool2d"), std::string::npos) << e.what();
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, PoolOpTest, ::testing::ValuesIn(test_devices()),
+                         device_param_name);
+
+}  // namespace
+}  // namespace ddpv::test
