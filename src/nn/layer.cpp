@@ -19,8 +19,9 @@ void Layer::check_input(const Tensor& x) const {
   bool ok = s.rank() == in_.rank() + 1 && x.dtype() == DType::kF32;
   for (int i = 0; ok && i < in_.rank(); ++i) ok = s[i + 1] == in_[i];
   if (!ok) {
-    DDPV_FAIL("layer ", name_, ": expected input ", batch_shape(-1, in_).str(), " f32 (N first), got ",
-              x.str());
+    std::string expected = "(N";
+    for (int64_t d : in_.dims()) expected += ", " + std::to_string(d);
+    DDPV_FAIL("layer ", name_, ": expected an f32 input ", expected, "), got ", x.str());
   }
 }
 

@@ -24,8 +24,9 @@ struct Conv2dConfig {
   int in_h = 0, in_w = 0;  // input spatial size
   int kernel = 3, stride = 1, padding = 0;
   bool bias = false;
-  int out_h() const { return (in_h + 2 * padding - kernel) / stride + 1; }
-  int out_w() const { return (in_w + 2 * padding - kernel) / stride + 1; }
+  // 0 when the kernel does not fit (integer division would truncate -1/2 up to 0).
+  int out_h() const { return in_h + 2 * padding < kernel ? 0 : (in_h + 2 * padding - kernel) / stride + 1; }
+  int out_w() const { return in_w + 2 * padding < kernel ? 0 : (in_w + 2 * padding - kernel) / stride + 1; }
 };
 
 struct BatchNormConfig {
@@ -39,8 +40,8 @@ struct Pool2dConfig {
   PoolKind kind = PoolKind::kMax;
   int channels = 0, in_h = 0, in_w = 0;
   int kernel = 2, stride = 2, padding = 0;  // ignored for kGlobalAvg
-  int out_h() const { return kind == PoolKind::kGlobalAvg ? 1 : (in_h + 2 * padding - kernel) / stride + 1; }
-  int out_w() const { return kind == PoolKind::kGlobalAvg ? 1 : (in_w + 2 * padding - kernel) / stride + 1; }
+  int out_h() const { return kind == PoolKind::kGlobalAvg ? 1 : in_h + 2 * padding < kernel ? 0 : (in_h + 2 * padding - kernel) / stride + 1; }
+  int out_w() const { return kind == PoolKind::kGlobalAvg ? 1 : in_w + 2 * padding < kernel ? 0 : (in_w + 2 * padding - kernel) / stride + 1; }
 };
 
 struct LinearConfig {
@@ -49,6 +50,8 @@ struct LinearConfig {
 };
 
 // ---- ops: created once per layer, primitives built once per batch size and reused ----------
+// An op object serves one layer: a backward uses what the last forward of the same batch size
+// on the same object kept (batch statistics, max-pool workspace, probabilities).
 
 class Conv2dOp {
  public:
@@ -171,7 +174,8 @@ class Backend {
   virtual void nhwc_to_nchw(int n, int h, int w, int c, const float* x, float* y) = 0;
   virtual void nchw_to_nhwc(int n, int h, int w, int c, const float* x, float* y) = 0;
 
-  // One fused SGD step over the flat arena, PyTorch semantics:
+  // One fused SGD step over the flat arena, PyTorch semantics (spans cover [0, count) exactly
+  // once; momentum may be null only when cfg.momentum == 0):
   //   g = grad_scale * grad + wd * p   (wd = 0 outside decayed spans)
   //   m = momentum * m + g;  d = nesterov ? g + momentum * m : m;  p -= lr * d
   virtual void sgd_update(const SgdConfig& cfg, const std::vector<ParamSpan>& spans,

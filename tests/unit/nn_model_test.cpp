@@ -1,0 +1,157 @@
+// Model graph: arena layout in reverse layer order, decay spans, PyTorch names and counts,
+// bad-input errors, gradient accumulation, and a small end-to-end learning check.
+#include <cmath>
+#include <set>
+
+#include "ddpv/core/rng.hpp"
+#include "ddpv/nn/model.hpp"
+#include "support/test_support.hpp"
+
+namespace ddpv {
+namespace {
+
+std::unique_ptr<Backend> cpu() {
+  BackendOptions o;
+  o.threads = 1;
+  return make_backend(o);
+}
+
+TEST(ModelTest, ArenaIsReverseLayerOrderAndContiguous) {
+  auto be = cpu();
+  auto m = make_model("lenet", *be, Shape{28, 28, 1}, 10);
+  std::vector<std::string> names;
+  int64_t offset = 0;
+  for (const auto& e : m->params()) {
+    names.push_back(e.name);
+    EXPECT_EQ(e.offset, offset) << e.name;
+    EXPECT_EQ(e.count, e.shape.numel());
+    offset += e.count;
+  }
+  EXPECT_EQ(offset, m->param_count());
+  const std::vector<std::string> expected{"fc2.bias",   "fc2.weight",   "fc1.bias",
+                                          "fc1.weight", "conv2.bias",   "conv2.weight",
+                                          "conv1.bias", "conv1.weight"};
+  EXPECT_EQ(names, expected);
+  // conv 32 -> pool -> conv 64 -> pool -> fc 128 -> fc 10, counted by hand.
+  EXPECT_EQ(m->param_count(), (32 * 25 + 32) + (64 * 32 * 25 + 64) + (3136 * 128 + 128) +
+                                  (128 * 10 + 10));
+  EXPECT_EQ(m->params().back().shape, Shape({32, 1, 5, 5}));  // OIHW, as torch
+}
+
+TEST(ModelTest, ResNetCountsAndDecaySpans) {
+  auto be = cpu();
+  // He et al.: resnet20 has 0.27M parameters with parameter-free shortcuts; the two 1x1
+  // projections (option B) add 16*32 + 32*64 weights and their BatchNorms 2*(32+64).
+  auto m = make_model("resnet20", *be, Shape{32, 32, 3}, 10);
+  int64_t projections = 16 * 32 + 32 * 64 + 2 * (32 + 64);
+  EXPECT_NEAR(static_cast<double>(m->param_count() - projections), 0.27e6, 0.01e6);
+  std::set<std::string> names;
+  for (const auto& e : m->params()) {
+    names.insert(e.name);
+    const bool is_bn_or_bias = e.name.find("bn") != std::string::npos ||
+                               e.name.find("downsample.1") != std::string::npos ||
+                               e.name.ends_with(".bias");
+    EXPECT_EQ(e.decay, !is_bn_or_bias) << e.name;
+  }
+  EXPECT_TRUE(names.count("layer2.0.downsample.0.weight"));
+  EXPECT_TRUE(names.count("layer3.2.conv2.weight"));
+  EXPECT_EQ(m->buffers().size(), 2u * (1 + 9 * 2 + 2));  // 21 BatchNorms
+  // Spans cover the arena once, alternate decay, and agree with the entries.
+  int64_t covered = 0;
+  const auto spans = m->decay_spans();
+  for (size_t i = 0; i < spans.size(); ++i) {
+    EXPECT_EQ(spans[i].offset, covered);
+    covered += spans[i].count;
+    if (i > 0) {
+      EXPECT_NE(spans[i].decay, spans[i - 1].decay);
+    }
+  }
+  EXPECT_EQ(covered, m->param_count());
+}
+
+TEST(ModelTest, WrongInputShapeNamesLayerAndShapes) {
+  auto be = cpu();
+  auto m = make_model("lenet", *be, Shape{28, 28, 1}, 10);
+  Tensor x = Tensor::empty(Shape{2, 32, 32, 3}, DType::kF32);
+  try {
+    m->forward(x, true);
+    FAIL() << "no error for a wrong input shape";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("conv1"), std::string::npos) << what;
+    EXPECT_NE(what.find("(N, 28, 28, 1)"), std::string::npos) << what;
+    EXPECT_NE(what.find("(2, 32, 32, 3)"), std::string::npos) << what;
+  }
+  EXPECT_THROW(make_model("lenet", *be, Shape{2, 2, 1}, 10), Error);  // pool2 does not fit
+  EXPECT_THROW(make_model("vgg", *be, Shape{28, 28, 1}, 10), Error);
+  EXPECT_THROW(m->set_param("conv1.weight", std::vector<float>(3)), Error);
+  EXPECT_THROW(m->get_param("conv9.weight"), Error);
+}
+
+// Accumulating the gradients of two half batches gives the gradient of the whole batch (each
+// loss is a sum here, so no scaling is involved). lenet: BatchNorm would make the halves'
+// statistics differ from the whole batch's.
+TEST(ModelTest, AccumulateAddsGradients) {
+  auto be = cpu();
+  auto m = make_model("lenet", *be, Shape{8, 8, 3}, 4);
+  m->init_parameters(3);
+  const int n = 4;
+  auto xs = test::random_vector(n * 8 * 8 * 3, 5);
+  std::vector<int32_t> ys{0, 1, 2, 3};
+  auto loss = be->softmax_cross_entropy(4);
+  Tensor dl = Tensor::empty(Shape{n, 4}, DType::kF32);
+  auto run = [&](int begin, int count, bool accumulate) {
+    Tensor x = Tensor::wrap(xs.data() + begin * 192, Shape{count, 8, 8, 3}, DType::kF32);
+    const Tensor& logits = m->forward(x, true);
+    Tensor d = dl.slice(0, count);
+    loss->forward(count, logits.data<float>(), ys.data() + begin);
+    loss->backward(count, ys.data() + begin, d.data<float>(), 1.0f);
+    m->backward(d, accumulate);
+  };
+  run(0, n, false);
+  const auto full = m->get_grad("conv2.weight");
+  run(0, 2, false);
+  run(2, 2, true);
+  const auto acc = m->get_grad("conv2.weight");
+  EXPECT_LE(test::max_rel_error(acc, full, 1e-4), 1e-4);
+}
+
+// A single process learns a small separable problem: lenet on images whose class is the
+// position of a bright square reaches > 95% training accuracy within a few hundred steps.
+TEST(ModelTest, LenetLearnsSeparableProblem) {
+  auto be = cpu();
+  const int classes = 4, n = 32, hw = 16;
+  auto m = make_model("lenet", *be, Shape{hw, hw, 1}, classes);
+  m->init_parameters(11);
+  auto loss = be->softmax_cross_entropy(classes);
+  Tensor x = Tensor::empty(Shape{n, hw, hw, 1}, DType::kF32);
+  Tensor y = Tensor::empty(Shape{n}, DType::kI32);
+  Tensor dl = Tensor::empty(Shape{n, classes}, DType::kF32);
+  SgdConfig sgd;
+  sgd.lr = 0.05f;
+  const auto spans = m->decay_spans();
+  Rng rng(42);
+  double acc = 0;
+  for (int step = 0; step < 300 && acc <= 0.97; ++step) {
+    float* px = x.data<float>();
+    for (int i = 0; i < n; ++i) {
+      const int c = static_cast<int>(rng.uniform_int(classes));
+      y.data<int32_t>()[i] = c;
+      for (int p = 0; p < hw * hw; ++p) px[i * hw * hw + p] = 0.2f * rng.normal();
+      const int oy = (c / 2) * 8 + 2, ox = (c % 2) * 8 + 2;
+      for (int dy = 0; dy < 4; ++dy)
+        for (int dx = 0; dx < 4; ++dx) px[i * hw * hw + (oy + dy) * hw + ox + dx] += 1.0f;
+    }
+    const Tensor& logits = m->forward(x, true);
+    const LossResult r = loss->forward(n, logits.data<float>(), y.data<int32_t>());
+    acc = 0.9 * acc + 0.1 * static_cast<double>(r.correct) / n;
+    loss->backward(n, y.data<int32_t>(), dl.data<float>(), 1.0f / n);
+    m->backward(dl, false);
+    be->sgd_update(sgd, spans, m->param_count(), m->param_data(), m->grad_data(),
+                   m->momentum_data());
+  }
+  EXPECT_GT(acc, 0.95);
+}
+
+}  // namespace
+}  // namespace ddpv
