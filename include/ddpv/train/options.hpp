@@ -1,0 +1,68 @@
+// TrainOptions: every setting of a training run, as ddpv-train's options and config file give
+// them (docs/user-guide.md lists them for users).
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace ddpv {
+
+struct TrainOptions {
+  // data
+  std::string data;                 // HDF5 image store; empty with synthetic
+  std::string train_split = "train";
+  std::string val_split = "test";   // "" or "none": no evaluation
+  bool synthetic = false;           // random images and labels of the model's input shape
+  int64_t synthetic_size = 50000;   // samples per synthetic epoch
+  bool augment = true;
+  double cache_mb = 2048;
+  // model and device
+  std::string model = "lenet";
+  std::string device = "auto";      // auto | cpu | cuda
+  std::string precision = "fp32";   // fp32 | bf16 | fp16 (CUDA only)
+  std::string reduce_dtype = "fp32";  // fp32 | bf16 (CUDA only)
+  int threads = 1;                  // CPU threads per rank (0: the runtime's default)
+  // schedule
+  int64_t epochs = 1;
+  int64_t max_steps = 0;            // 0: no limit; else stop after this many steps in total
+  int64_t run_steps = 0;            // 0: no limit; else checkpoint and stop after this many steps of this run
+  int64_t batch_size = 64;          // per rank
+  double lr = 0.1;                  // for the global batch
+  double momentum = 0.9;
+  bool nesterov = false;
+  double weight_decay = 5e-4;
+  std::string lr_schedule = "cosine";  // constant | step | cosine
+  double warmup_epochs = 0;
+  int accum_steps = 1;
+  uint64_t seed = 0;
+  bool deterministic = false;
+  // distribution
+  double bucket_mb = 25;
+  bool no_overlap = false;
+  std::string mpi_progress = "thread";  // thread | nonblocking
+  double comm_timeout = 600;        // seconds (CUDA watchdog)
+  // output and checkpoints
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 1;     // epochs; 0: only at the end
+  int keep_checkpoints = 3;         // 0 keeps all
+  std::string resume;               // "", "auto" or a file
+  std::string metrics;              // JSON-lines file
+  int64_t log_every = 50;           // steps between step records and progress updates
+  bool progress = true;             // a progress bar when stdout is a terminal
+};
+
+// A mistake in the options: ddpv-train prints it and exits 2 before any training.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Checks the options for consistency (ranges, combinations, CUDA-only settings on a CPU run)
+// and throws a UsageError naming the option and what to do; runs before any training.
+void validate_options(const TrainOptions& o, bool cuda_device);
+
+// One "key = value" line per option, as a config file takes them (stored in checkpoints).
+std::string options_to_config(const TrainOptions& o);
+
+}  // namespace ddpv

@@ -1,0 +1,162 @@
+// ddpv-train: data-parallel training of a CNN classifier across MPI ranks.
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+
+#include "ddpv/backend/backend.hpp"
+#include "ddpv/dist/world.hpp"
+#include "ddpv/train/options.hpp"
+#include "ddpv/train/trainer.hpp"
+#include "train/console.hpp"
+#include "train/signals.hpp"
+
+namespace po = boost::program_options;
+using ddpv::TrainOptions;
+
+namespace {
+
+constexpr const char* kProgram = "ddpv-train";
+
+// The launcher's rank, known before MPI starts, so that --help and usage errors print once.
+int launcher_rank() {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    if (const char* v = std::getenv(var)) return std::atoi(v);
+  }
+  return 0;
+}
+
+po::options_description describe(TrainOptions& o) {
+  po::options_description data("Data");
+  data.add_options()
+    ("data", po::value(&o.data), "HDF5 image store made by ddpv-convert")
+    ("train-split", po::value(&o.train_split)->default_value(o.train_split), "split to train on")
+    ("val-split", po::value(&o.val_split)->default_value(o.val_split), "split to evaluate after each epoch (none: skip)")
+    ("synthetic", po::bool_switch(&o.synthetic), "random images and labels of the model's input shape (benchmarks)")
+    ("synthetic-size", po::value(&o.synthetic_size)->default_value(o.synthetic_size), "samples per synthetic epoch")
+    ("no-augment", po::bool_switch(), "no random crop and flip in training")
+    ("cache-mb", po::value(&o.cache_mb)->default_value(o.cache_mb), "hold a split in memory when it fits (MiB per rank)");
+  po::options_description model("Model and device");
+  model.add_options()
+    ("model", po::value(&o.model)->default_value(o.model), "lenet | resnet20 | resnet56 | resnet18 | resnet50")
+    ("device", po::value(&o.device)->default_value(o.device), "auto | cpu | cuda (auto: a GPU when one is visible)")
+    ("precision", po::value(&o.precision)->default_value(o.precision), "fp32 | bf16 | fp16 (CUDA only)")
+    ("reduce-dtype", po::value(&o.reduce_dtype)->default_value(o.reduce_dtype), "gradient allreduce type: fp32 | bf16 (CUDA only)")
+    ("threads", po::value(&o.threads)->default_value(o.threads), "CPU threads per rank (0: the runtime's default)");
+  po::options_description opt("Optimisation");
+  opt.add_options()
+    ("epochs", po::value(&o.epochs)->default_value(o.epochs), "epochs to train")
+    ("max-steps", po::value(&o.max_steps)->default_value(o.max_steps), "stop after this many optimizer steps in total (0: no limit)")
+    ("run-steps", po::value(&o.run_steps)->default_value(o.run_steps), "checkpoint and stop after this many steps of this run (0: no limit)")
+    ("batch-size", po::value(&o.batch_size)->default_value(o.batch_size), "batch size per rank")
+    ("lr", po::value(&o.lr)->default_value(o.lr), "learning rate for the global batch")
+    ("momentum", po::value(&o.momentum)->default_value(o.momentum), "SGD momentum")
+    ("nesterov", po::bool_switch(&o.nesterov), "Nesterov momentum")
+    ("weight-decay", po::value(&o.weight_decay)->default_value(o.weight_decay), "L2 weight decay (not on BatchNorm parameters and biases)")
+    ("lr-schedule", po::value(&o.lr_schedule)->default_value(o.lr_schedule), "constant | step | cosine")
+    ("warmup-epochs", po::value(&o.warmup_epochs)->default_value(o.warmup_epochs), "linear warmup (epochs, fractions allowed)")
+    ("accum-steps", po::value(&o.accum_steps)->default_value(o.accum_steps), "micro-batches per optimizer step (gradient accumulation)")
+    ("seed", po::value(&o.seed)->default_value(o.seed), "seed of initialisation, shuffling and augmentation")
+    ("deterministic", po::bool_switch(&o.deterministic), "bit-reproducible runs for a fixed world size (CPU)");
+  po::options_description dist("Distribution");
+  dist.add_options()
+    ("bucket-mb", po::value(&o.bucket_mb)->default_value(o.bucket_mb), "gradient bucket size in MiB (0: one per tensor)")
+    ("no-overlap", po::bool_switch(&o.no_overlap), "allreduce all gradients after backward instead of during it")
+    ("mpi-progress", po::value(&o.mpi_progress)->default_value(o.mpi_progress), "CPU: thread | nonblocking")
+    ("comm-timeout", po::value(&o.comm_timeout)->default_value(o.comm_timeout), "seconds before a stuck collective aborts the job (CUDA)");
+  po::options_description out("Checkpoints and output");
+  out.add_options()
+    ("checkpoint-dir", po::value(&o.checkpoint_dir), "directory of checkpoints (and `latest`)")
+    ("checkpoint-every", po::value(&o.checkpoint_every)->default_value(o.checkpoint_every), "epochs between checkpoints (0: only at the end)")
+    ("keep-checkpoints", po::value(&o.keep_checkpoints)->default_value(o.keep_checkpoints), "checkpoints kept in the directory (0: all)")
+    ("resume", po::value(&o.resume), "auto (the directory's latest, if any) or a checkpoint file")
+    ("metrics", po::value(&o.metrics), "JSON-lines metrics file")
+    ("log-every", po::value(&o.log_every)->default_value(o.log_every), "steps between metrics records")
+    ("no-progress", po::bool_switch(), "no progress bar on a terminal");
+  po::options_description all;
+  all.add(data).add(model).add(opt).add(dist).add(out);
+  return all;
+}
+
+int print_usage_error(const std::string& what) {
+  if (launcher_rank() == 0)
+    std::fprintf(stderr, "%s: %s (see %s --help)\n", kProgram, what.c_str(), kProgram);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  TrainOptions o;
+  po::options_description options = describe(o);
+  po::options_description generic("General");
+  std::string config;
+  generic.add_options()("help,h", "this help")("version", "the version")(
+      "config", po::value(&config), "file of `key = value` lines (command line wins)");
+  po::options_description cli;
+  cli.add(generic).add(options);
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, cli), vm);
+    if (vm.count("config")) {
+      std::ifstream in(vm["config"].as<std::string>());
+      if (!in) return print_usage_error("--config " + vm["config"].as<std::string>() + ": cannot read the file");
+      po::store(po::parse_config_file(in, options), vm);
+    }
+    if (vm.count("help")) {
+      if (launcher_rank() == 0) {
+        std::cout << "Usage: mpirun -np N " << kProgram << " --data STORE.h5 --model NAME [options]\n"
+                  << "Trains a CNN classifier data-parallel across MPI ranks.\n"
+                  << cli << "\n";
+      }
+      return 0;
+    }
+    if (vm.count("version")) {
+      if (launcher_rank() == 0) std::cout << kProgram << " " << DDPV_VERSION << "\n";
+      return 0;
+    }
+    po::notify(vm);
+    o.augment = !vm["no-augment"].as<bool>();
+    o.progress = !vm["no-progress"].as<bool>();
+    const bool cuda = ddpv::resolve_device(o.device) == ddpv::Device::kCuda;
+    ddpv::validate_options(o, cuda);
+  } catch (const po::error& e) {
+    return print_usage_error(e.what());
+  } catch (const ddpv::UsageError& e) {
+    return print_usage_error(e.what());
+  } catch (const ddpv::Error& e) {
+    return print_usage_error(e.message());
+  }
+
+  ddpv::World world(&argc, &argv);
+  try {
+    ddpv::Trainer trainer(o, world);
+    const ddpv::TrainSummary s = trainer.run();
+    if (world.is_root()) {
+      std::printf("done: %lld epochs, %lld steps in %s; val_acc %.4f val_loss %.4f; %.0f img/s "
+                  "(%d ranks x batch %lld); comm wait %.2f s, data wait %.2f s\n",
+                  static_cast<long long>(s.epochs), static_cast<long long>(s.steps),
+                  ddpv::format_duration(s.elapsed_s).c_str(), s.val_acc, s.val_loss,
+                  s.images_per_s, s.world_size, static_cast<long long>(o.batch_size),
+                  s.comm_wait_s, s.data_wait_s);
+      if (!s.last_checkpoint.empty()) std::printf("checkpoint: %s\n", s.last_checkpoint.c_str());
+      if (!o.metrics.empty()) std::printf("metrics: %s\n", o.metrics.c_str());
+      if (s.stopped_by_signal) {
+        std::printf("%s: stopped by %s after step %lld; %s\n", kProgram,
+                    ddpv::signal_name(s.stop_signal), static_cast<long long>(s.steps),
+                    s.last_checkpoint.empty()
+                        ? "no --checkpoint-dir was given, so nothing was saved"
+                        : "resume with the same options plus --resume auto");
+      }
+      std::fflush(stdout);
+    }
+  } catch (const ddpv::TrainingDiverged& e) {
+    // Every rank throws this after the same step (they agreed on it), so all exit together.
+    if (world.is_root()) std::fprintf(stderr, "%s: %s\n", kProgram, e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    ddpv::abort_job(kProgram, e);
+  }
+  return 0;
+}

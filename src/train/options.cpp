@@ -1,0 +1,89 @@
+// Option checks and the config-file rendering of TrainOptions.
+#include <sstream>
+
+#include "ddpv/nn/model.hpp"
+#include "ddpv/train/options.hpp"
+#include "ddpv/train/schedule.hpp"
+
+namespace ddpv {
+namespace {
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw UsageError(message);
+}
+
+bool one_of(const std::string& v, std::initializer_list<const char*> allowed) {
+  for (const char* a : allowed)
+    if (v == a) return true;
+  return false;
+}
+
+}  // namespace
+
+void validate_options(const TrainOptions& o, bool cuda_device) {
+  require(o.synthetic || !o.data.empty(),
+          "--data is required (an HDF5 store made by ddpv-convert), or use --synthetic");
+  require(!(o.synthetic && !o.data.empty()), "--synthetic and --data exclude each other");
+  bool known_model = false;
+  for (const auto& m : model_names()) known_model |= (m == o.model);
+  std::string names;
+  for (const auto& m : model_names()) names += (names.empty() ? "" : ", ") + m;
+  require(known_model, "--model '" + o.model + "' is not in the zoo: use one of " + names);
+  require(one_of(o.device, {"auto", "cpu", "cuda"}), "--device must be auto, cpu or cuda");
+  require(one_of(o.precision, {"fp32", "bf16", "fp16"}), "--precision must be fp32, bf16 or fp16");
+  require(o.precision == "fp32" || cuda_device,
+          "--precision " + o.precision + " runs on CUDA devices only; use --precision fp32 on CPU");
+  require(one_of(o.reduce_dtype, {"fp32", "bf16"}), "--reduce-dtype must be fp32 or bf16");
+  require(o.reduce_dtype == "fp32" || cuda_device,
+          "--reduce-dtype bf16 is for NCCL on CUDA devices only; leave it at fp32 on CPU");
+  require(o.epochs >= 1, "--epochs must be at least 1");
+  require(o.max_steps >= 0, "--max-steps must be >= 0 (0: no limit)");
+  require(o.run_steps >= 0, "--run-steps must be >= 0 (0: no limit)");
+  require(o.batch_size >= 1, "--batch-size (per rank) must be at least 1");
+  require(o.lr > 0, "--lr must be positive");
+  require(o.momentum >= 0 && o.momentum < 1, "--momentum must be in [0, 1)");
+  require(!o.nesterov || o.momentum > 0, "--nesterov needs --momentum > 0");
+  require(o.weight_decay >= 0, "--weight-decay must be >= 0");
+  try {
+    parse_lr_shape(o.lr_schedule);
+  } catch (const std::exception&) {
+    throw UsageError("--lr-schedule must be constant, step or cosine");
+  }
+  require(o.warmup_epochs >= 0, "--warmup-epochs must be >= 0");
+  require(o.accum_steps >= 1, "--accum-steps must be at least 1");
+  require(o.bucket_mb >= 0, "--bucket-mb must be >= 0 (0: one bucket per tensor)");
+  require(one_of(o.mpi_progress, {"thread", "nonblocking"}),
+          "--mpi-progress must be thread or nonblocking");
+  require(o.comm_timeout > 0, "--comm-timeout must be positive (seconds)");
+  require(o.threads >= 0, "--threads must be >= 0 (0: the runtime's default)");
+  require(o.checkpoint_every >= 0, "--checkpoint-every must be >= 0 (0: only at the end)");
+  require(o.keep_checkpoints >= 0, "--keep-checkpoints must be >= 0 (0: keep all)");
+  require(o.resume != "auto" || !o.checkpoint_dir.empty(),
+          "--resume auto needs --checkpoint-dir (where `latest` is looked for)");
+  require(o.log_every >= 1, "--log-every must be at least 1");
+  require(o.cache_mb >= 0, "--cache-mb must be >= 0");
+  require(o.synthetic_size >= 1, "--synthetic-size must be at least 1");
+}
+
+std::string options_to_config(const TrainOptions& o) {
+  std::ostringstream s;
+  auto b = [](bool v) { return v ? "true" : "false"; };
+  s << "data = " << o.data << "\ntrain-split = " << o.train_split << "\nval-split = "
+    << o.val_split << "\nsynthetic = " << b(o.synthetic) << "\nsynthetic-size = "
+    << o.synthetic_size << "\nno-augment = " << b(!o.augment) << "\ncache-mb = " << o.cache_mb
+    << "\nmodel = " << o.model << "\ndevice = " << o.device << "\nprecision = " << o.precision
+    << "\nreduce-dtype = " << o.reduce_dtype << "\nthreads = " << o.threads
+    << "\nepochs = " << o.epochs << "\nmax-steps = " << o.max_steps << "\nrun-steps = " << o.run_steps << "\nbatch-size = "
+    << o.batch_size << "\nlr = " << o.lr << "\nmomentum = " << o.momentum << "\nnesterov = "
+    << b(o.nesterov) << "\nweight-decay = " << o.weight_decay << "\nlr-schedule = "
+    << o.lr_schedule << "\nwarmup-epochs = " << o.warmup_epochs << "\naccum-steps = "
+    << o.accum_steps << "\nseed = " << o.seed << "\ndeterministic = " << b(o.deterministic)
+    << "\nbucket-mb = " << o.bucket_mb << "\nno-overlap = " << b(o.no_overlap)
+    << "\nmpi-progress = " << o.mpi_progress << "\ncomm-timeout = " << o.comm_timeout
+    << "\ncheckpoint-dir = " << o.checkpoint_dir << "\ncheckpoint-every = "
+    << o.checkpoint_every << "\nkeep-checkpoints = " << o.keep_checkpoints
+    << "\nmetrics = " << o.metrics << "\nlog-every = " << o.log_every << "\n";
+  return s.str();
+}
+
+}  // namespace ddpv

@@ -1,0 +1,217 @@
+// The training loop: set-up of backend, data, model and communication, then the steps.
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "ddpv/core/log.hpp"
+#include "ddpv/nn/layers.hpp"
+#include "train/signals.hpp"
+#include "train/trainer_impl.hpp"
+
+namespace ddpv {
+
+Trainer::Impl::Impl(const TrainOptions& options, World& w)
+    : o(options),
+      world(w),
+      last_val_loss(std::numeric_limits<double>::quiet_NaN()),
+      last_val_acc(std::numeric_limits<double>::quiet_NaN()),
+      metrics(w.is_root() && !options.metrics.empty()
+                  ? MetricsWriter(options.metrics, options.resume.size() > 0)
+                  : MetricsWriter()),
+      bar(w.is_root() && options.progress && stdout_is_terminal()) {
+  BackendOptions bo;
+  bo.device = resolve_device(o.device);
+  bo.device_index = world.device_index();
+  bo.threads = o.threads;
+  bo.precision = parse_precision(o.precision);
+  bo.deterministic = o.deterministic;
+  backend = make_backend(bo);
+  open_data();
+  build_model();
+}
+
+void Trainer::Impl::open_data() {
+  Allocator* staging = backend->staging_allocator();
+  if (o.synthetic) {
+    shape = synthetic_shape(o.model);
+    train_source = make_synthetic_source(shape, o, world.rank(), world.size(), staging);
+    return;
+  }
+  store = std::make_unique<ImageStore>(o.data);
+  shape = {store->height(), store->width(), store->channels(), store->num_classes()};
+  DDPV_CHECK(store->has_split(o.train_split), "--train-split ", o.train_split, ": store ", o.data,
+             " has no such split (see `ddpv-convert inspect ", o.data, "`)");
+  train_source = make_train_source(*store, o, world.rank(), world.size(), staging);
+  if (!o.val_split.empty() && o.val_split != "none") {
+    DDPV_CHECK(store->has_split(o.val_split), "--val-split ", o.val_split, ": store ", o.data,
+               " has no such split; name another or use --val-split none");
+    val_source = make_eval_source(*store, o.val_split, o, world.rank(), world.size(), staging);
+  }
+}
+
+void Trainer::Impl::build_model() {
+  model = make_model(o.model, *backend, Shape{shape.height, shape.width, shape.channels},
+                     static_cast<int>(shape.num_classes));
+  model->init_parameters(o.seed);
+  loss_op = backend->softmax_cross_entropy(static_cast<int>(shape.num_classes));
+  spans = model->decay_spans();
+  if (backend->device() == Device::kCpu) {
+    comm = make_mpi_communicator(world, parse_mpi_progress(o.mpi_progress));
+  } else {
+    comm = make_communicator(world, *backend);
+  }
+  GradReducerOptions ro;
+  ro.overlap = !o.no_overlap;
+  reducer = std::make_unique<GradReducer>(BucketPlan(model->params(), o.bucket_mb), *comm,
+                                          model->grad_data(), ro);
+  sgd.momentum = static_cast<float>(o.momentum);
+  sgd.nesterov = o.nesterov;
+  sgd.weight_decay = static_cast<float>(o.weight_decay);
+
+  steps_per_epoch = train_source->steps_per_epoch() / o.accum_steps;
+  DDPV_CHECK(steps_per_epoch >= 1, "an epoch of ", train_source->steps_per_epoch(),
+             " batches per rank is shorter than --accum-steps ", o.accum_steps,
+             ": use a smaller --batch-size or --accum-steps");
+  int64_t total = steps_per_epoch * o.epochs;
+  if (o.max_steps > 0) total = std::min(total, o.max_steps);
+  const auto warmup = static_cast<int64_t>(std::llround(o.warmup_epochs * steps_per_epoch));
+  schedule.emplace(parse_lr_shape(o.lr_schedule), o.lr, total, warmup);
+
+  resume();  // loads on rank 0, or keeps the fresh initialisation
+  broadcast_parameters(*model, *comm);  // every rank starts from rank 0's model
+  comm->broadcast(model->momentum_data(),
+                  static_cast<size_t>(model->param_count()) * sizeof(float), 0);
+  int64_t pos[4] = {epoch, epoch_step, step, model->batches_tracked()};
+  world.broadcast_bytes(pos, sizeof pos, 0);
+  epoch = pos[0];
+  epoch_step = pos[1];
+  step = pos[2];
+  model->set_batches_tracked(pos[3]);
+  if (world.is_root()) {
+    DDPV_INFO(model->summary().substr(0, model->summary().find('\n')), "; ", world.size(),
+              " rank(s) x batch ", o.batch_size, (o.accum_steps > 1 ? " x accum " : ""),
+              (o.accum_steps > 1 ? std::to_string(o.accum_steps) : std::string()), "; ",
+              comm->name(), "; ", reducer->plan().summary());
+  }
+}
+
+const Tensor& Trainer::Impl::to_device(const Tensor& host, Tensor& device_copy) {
+  if (backend->device() == Device::kCpu) return host;
+  if (!device_copy.owns_memory() || device_copy.shape() != host.shape() ||
+      device_copy.dtype() != host.dtype()) {
+    device_copy = Tensor::empty(host.shape(), host.dtype(), backend->allocator());
+  }
+  backend->copy(device_copy.raw(), backend->device(), host.raw(), Device::kCpu, host.nbytes());
+  return device_copy;
+}
+
+void Trainer::Impl::throw_diverged(const std::string& what) const {
+  throw TrainingDiverged("training diverged: " + what + " at step " + std::to_string(step) +
+                         " (epoch " + std::to_string(epoch + 1) +
+                         "); no checkpoint was written. Lower --lr, add --warmup-epochs, or "
+                         "check the data");
+}
+
+// One optimizer step: accum_steps micro-batches, the last of which reduces the gradients.
+void Trainer::Impl::train_step() {
+  double loss_sum = 0, correct = 0, samples = 0;
+  bool finite = true;
+  for (int k = 0; k < o.accum_steps; ++k) {
+    const auto t_data = Clock::now();
+    held = train_source->next();  // kept alive until the next step: see `held`
+    DDPV_CHECK(held.has_value(), "the data ran out inside epoch ", epoch, " at step ",
+               epoch_step, " (internal: steps per epoch disagree)");
+    const Tensor& x = to_device(held->images, x_device);
+    const Tensor& y = to_device(held->labels, y_device);
+    data_wait += seconds_since(t_data);
+
+    const int n = static_cast<int>(x.shape()[0]);
+    const Tensor& logits = model->forward(x, /*training=*/true);
+    const LossResult r = loss_op->forward(n, logits.data<float>(), y.data<int32_t>());
+    finite = finite && std::isfinite(r.loss_sum);
+    loss_sum += r.loss_sum;
+    correct += static_cast<double>(r.correct);
+    samples += n;
+    ensure_tensor(dlogits, logits.shape(), *backend);
+    loss_op->backward(n, y.data<int32_t>(), dlogits.data<float>(), 1.0f / static_cast<float>(n));
+    reducer->set_sync(k == o.accum_steps - 1);
+    model->backward(dlogits, /*accumulate=*/k > 0, reducer->ready_fn());
+    const auto t_comm = Clock::now();
+    reducer->wait();
+    comm_wait += seconds_since(t_comm);
+  }
+  const double lr = schedule->at(step);
+  sgd.lr = static_cast<float>(lr);
+  sgd.grad_scale = reducer->grad_scale() / static_cast<float>(o.accum_steps);
+  backend->sgd_update(sgd, spans, model->param_count(), model->param_data(), model->grad_data(),
+                      model->momentum_data());
+  ++step;
+  ++epoch_step;
+
+  // Note [One agreement per step]: the stop request, divergence and the step's loss statistics
+  // travel in one small allreduce, so all ranks stop after the same step (Note [Stop signals])
+  // and rank 0 reports exact global figures.
+  double agree[5] = {stop_signal_received() != 0 ? 1.0 : 0.0, finite ? 0.0 : 1.0, loss_sum,
+                     correct, samples};
+  world.allreduce_sum(agree, 5);
+  if (agree[1] > 0) throw_diverged("the loss became NaN or Inf");
+  images += agree[4];
+  epoch_totals.add(agree[2], agree[3], agree[4]);
+  log_totals.add(agree[2], agree[3], agree[4]);
+  if (agree[0] > 0) {
+    stop = true;
+    stop_signal = stop_signal_received();
+  }
+  if (step % o.log_every == 0) log_step(lr, log_totals.loss(), log_totals.acc());
+}
+
+TrainSummary Trainer::Impl::run() {
+  install_stop_handlers();
+  run_start = Clock::now();
+  run_start_step = step;
+  log_start = Clock::now();
+  while (epoch < o.epochs && !stop) {
+    if (o.max_steps > 0 && step >= o.max_steps) break;
+    train_source->start_epoch(epoch, epoch_step * o.accum_steps);
+    if (epoch_step == 0) epoch_totals = {};
+    const auto t_train = Clock::now();
+    while (epoch_step < steps_per_epoch && !stop) {
+      train_step();
+      if (o.max_steps > 0 && step >= o.max_steps) stop = true;
+      if (o.run_steps > 0 && step - run_start_step >= o.run_steps) stop = true;
+      if (bar.enabled()) {
+        const double rate = images / std::max(train_seconds + seconds_since(t_train), 1e-9);
+        const double left = static_cast<double>(steps_per_epoch - epoch_step) *
+                            static_cast<double>(o.batch_size * world.size() * o.accum_steps);
+        bar.update(epoch + 1, o.epochs, epoch_step, steps_per_epoch, epoch_totals.loss(), rate,
+                   left / std::max(rate, 1e-9));
+      }
+    }
+    train_seconds += seconds_since(t_train);
+    bar.clear();
+    if (epoch_step < steps_per_epoch) break;  // stopped inside the epoch
+    ++epoch;
+    epoch_step = 0;
+    double val_loss = std::numeric_limits<double>::quiet_NaN(), val_acc = val_loss;
+    if (val_source) evaluate(&val_loss, &val_acc);
+    last_val_loss = val_loss;
+    last_val_acc = val_acc;
+    log_epoch(val_loss, val_acc);
+    const bool last = epoch == o.epochs || (o.max_steps > 0 && step >= o.max_steps);
+    if (!o.checkpoint_dir.empty() && !last && o.checkpoint_every > 0 &&
+        epoch % o.checkpoint_every == 0) {
+      save("epoch");
+    }
+  }
+  if (!o.checkpoint_dir.empty() && last_checkpoint_step != step) {
+    save(stop_signal ? signal_name(stop_signal) : "end");
+  }
+  return finish();
+}
+
+Trainer::Trainer(const TrainOptions& options, World& world)
+    : impl_(std::make_unique<Impl>(options, world)) {}
+Trainer::~Trainer() = default;
+TrainSummary Trainer::run() { return impl_->run(); }
+
+}  // namespace ddpv

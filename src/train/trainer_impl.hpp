@@ -1,0 +1,98 @@
+// Trainer::Impl: the state of a training run, shared by trainer.cpp (set-up and the step loop)
+// and trainer_state.cpp (evaluation, checkpoints, resume, reporting).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+
+#include "ddpv/backend/backend.hpp"
+#include "ddpv/data/image_store.hpp"
+#include "ddpv/dist/communicator.hpp"
+#include "ddpv/dist/grad_reducer.hpp"
+#include "ddpv/dist/world.hpp"
+#include "ddpv/nn/model.hpp"
+#include "ddpv/train/metrics.hpp"
+#include "ddpv/train/schedule.hpp"
+#include "ddpv/train/trainer.hpp"
+#include "train/batch_source.hpp"
+#include "train/console.hpp"
+
+namespace ddpv {
+
+using Clock = std::chrono::steady_clock;
+inline double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Sums over all ranks of one stretch of training steps.
+struct StepTotals {
+  double loss_sum = 0, correct = 0, samples = 0;
+  void add(double l, double c, double n) {
+    loss_sum += l;
+    correct += c;
+    samples += n;
+  }
+  double loss() const { return samples > 0 ? loss_sum / samples : 0; }
+  double acc() const { return samples > 0 ? correct / samples : 0; }
+};
+
+struct Trainer::Impl {
+  Impl(const TrainOptions& options, World& world);
+
+  // set-up (trainer.cpp)
+  void open_data();
+  void build_model();
+  // the loop (trainer.cpp)
+  TrainSummary run();
+  void train_step();
+  const Tensor& to_device(const Tensor& host, Tensor& device_copy);
+  [[noreturn]] void throw_diverged(const std::string& what) const;  // on every rank at once
+  // evaluation, checkpoints, resume, reporting (trainer_state.cpp)
+  void evaluate(double* loss, double* acc);
+  std::string save(const char* why);
+  void resume();
+  void log_step(double lr, double step_loss, double step_acc);
+  void log_epoch(double val_loss, double val_acc);
+  TrainSummary finish();
+
+  TrainOptions o;
+  World& world;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<ImageStore> store;
+  SourceShape shape;
+  std::unique_ptr<BatchSource> train_source, val_source;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Communicator> comm;
+  std::unique_ptr<GradReducer> reducer;
+  std::unique_ptr<SoftmaxCrossEntropyOp> loss_op;
+  std::vector<ParamSpan> spans;
+  SgdConfig sgd;
+  std::optional<LrSchedule> schedule;
+  Tensor dlogits, x_device, y_device;
+  std::optional<Batch> held;  // keeps the batch being copied alive (pinned, asynchronous)
+
+  // position
+  int64_t epoch = 0;          // the current epoch (epochs completed before it)
+  int64_t epoch_step = 0;     // optimizer steps done in the current epoch
+  int64_t step = 0;           // optimizer steps since the start of training
+  int64_t steps_per_epoch = 0;
+  int64_t run_start_step = 0;
+  bool stop = false;
+  int stop_signal = 0;
+
+  // measurements
+  Clock::time_point run_start;
+  double train_seconds = 0, data_wait = 0, comm_wait = 0;
+  double images = 0;  // global samples trained on in this run
+  StepTotals epoch_totals, log_totals;
+  Clock::time_point log_start;
+  double last_val_loss, last_val_acc;
+  std::string last_checkpoint;
+  int64_t last_checkpoint_step = -1;
+
+  MetricsWriter metrics;
+  ProgressBar bar;
+};
+
+}  // namespace ddpv

@@ -1,0 +1,176 @@
+// The trainer's evaluation, checkpoints, resume, and what it reports (lines, metrics, summary).
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "ddpv/core/log.hpp"
+#include "ddpv/train/checkpoint.hpp"
+#include "train/signals.hpp"
+#include "train/trainer_impl.hpp"
+
+namespace ddpv {
+
+// Every validation sample counted exactly once: each rank evaluates its unpadded shard (ranks
+// may differ by one sample, and no collective runs inside the loop), then one allreduce.
+void Trainer::Impl::evaluate(double* loss, double* acc) {
+  average_buffers(*model, *comm);  // BatchNorm running statistics agree before evaluation
+  double sums[3] = {0, 0, 0};      // loss sum, correct, samples
+  val_source->start_epoch(0, 0);
+  while (std::optional<Batch> batch = val_source->next()) {
+    const Tensor& x = to_device(batch->images, x_device);
+    const Tensor& y = to_device(batch->labels, y_device);
+    const int n = static_cast<int>(x.shape()[0]);
+    const Tensor& logits = model->forward(x, /*training=*/false);
+    const LossResult r = loss_op->forward(n, logits.data<float>(), y.data<int32_t>());
+    sums[0] += r.loss_sum;
+    sums[1] += static_cast<double>(r.correct);
+    sums[2] += n;
+  }
+  world.allreduce_sum(sums, 3);
+  DDPV_CHECK(static_cast<int64_t>(sums[2]) == val_source->samples_per_epoch(),
+             "evaluation counted ", sums[2], " samples, the split has ",
+             val_source->samples_per_epoch());
+  *loss = sums[0] / std::max(sums[2], 1.0);
+  *acc = sums[1] / std::max(sums[2], 1.0);
+  if (!std::isfinite(*loss)) throw_diverged("the validation loss is NaN or Inf");
+}
+
+std::string Trainer::Impl::save(const char* why) {
+  average_buffers(*model, *comm);
+  // Every rank holds the same parameters, so all reach the same verdict without a collective.
+  if (!backend->all_finite(model->param_count(), model->param_data())) {
+    throw_diverged("the parameters hold NaN or Inf");
+  }
+  std::string path;
+  if (world.is_root()) {
+    std::filesystem::create_directories(o.checkpoint_dir);
+    CheckpointMeta meta;
+    meta.model = o.model;
+    meta.height = shape.height;
+    meta.width = shape.width;
+    meta.channels = shape.channels;
+    meta.num_classes = shape.num_classes;
+    meta.epoch = epoch;
+    meta.epoch_step = epoch_step;
+    meta.step = step;
+    meta.seed = o.seed;
+    meta.world_size = world.size();
+    meta.global_batch = o.batch_size * world.size() * o.accum_steps;
+    meta.options = options_to_config(o);
+    meta.data = o.synthetic ? "synthetic" : o.data;
+    const std::string name = checkpoint_file_name(epoch, step);
+    path = (std::filesystem::path(o.checkpoint_dir) / name).string();
+    save_checkpoint(path, *model, meta);
+    update_latest(o.checkpoint_dir, name);
+    prune_checkpoints(o.checkpoint_dir, o.keep_checkpoints);
+    DDPV_INFO("checkpoint (", why, "): ", path);
+    metrics.write(JsonRecord().add("event", "checkpoint").add("path", path).add("step", step)
+                      .add("epoch", epoch).add("reason", why));
+  }
+  world.barrier();  // nobody runs ahead (or exits) before the checkpoint is complete
+  last_checkpoint = path;
+  last_checkpoint_step = step;
+  return path;
+}
+
+void Trainer::Impl::resume() {
+  if (o.resume.empty() || !world.is_root()) return;
+  std::string path = o.resume;
+  if (o.resume == "auto") {
+    path = find_latest(o.checkpoint_dir);
+    if (path.empty()) {
+      DDPV_INFO("--resume auto: no checkpoint in ", o.checkpoint_dir, " yet, starting fresh");
+      return;
+    }
+  }
+  DDPV_CHECK(std::filesystem::exists(path), "--resume ", path,
+             ": no such file (give a checkpoint file, or --resume auto with --checkpoint-dir)");
+  const CheckpointMeta meta = load_checkpoint(path, *model);
+  epoch = meta.epoch;
+  epoch_step = meta.epoch_step;
+  step = meta.step;
+  if (meta.world_size != world.size()) {
+    DDPV_WARN("resuming a run of ", meta.world_size, " ranks on ", world.size(),
+              ": the model and optimizer continue exactly, the data order does not");
+  }
+  DDPV_INFO("resumed from ", path, " at epoch ", epoch, " step ", step);
+}
+
+void Trainer::Impl::log_step(double lr, double step_loss, double step_acc) {
+  const double dt = seconds_since(log_start);
+  if (world.is_root() && metrics.enabled()) {
+    metrics.write(JsonRecord()
+                      .add("event", "step")
+                      .add("step", step)
+                      .add("epoch", static_cast<double>(epoch) +
+                                        static_cast<double>(epoch_step) / steps_per_epoch)
+                      .add("loss", step_loss)
+                      .add("acc", step_acc)
+                      .add("lr", lr)
+                      .add("images_per_s", log_totals.samples / std::max(dt, 1e-9)));
+  }
+  log_totals = {};
+  log_start = Clock::now();
+}
+
+void Trainer::Impl::log_epoch(double val_loss, double val_acc) {
+  if (!world.is_root()) return;
+  const double rate = images / std::max(train_seconds, 1e-9);
+  const double elapsed = seconds_since(run_start);
+  std::printf("epoch %lld/%lld train_loss %.4f train_acc %.4f val_loss %.4f val_acc %.4f "
+              "lr %.5g img/s %.0f elapsed %s\n",
+              static_cast<long long>(epoch), static_cast<long long>(o.epochs),
+              epoch_totals.loss(), epoch_totals.acc(), val_loss, val_acc, schedule->at(step),
+              rate, format_duration(elapsed).c_str());
+  std::fflush(stdout);
+  metrics.write(JsonRecord()
+                    .add("event", "epoch")
+                    .add("epoch", epoch)
+                    .add("step", step)
+                    .add("train_loss", epoch_totals.loss())
+                    .add("train_acc", epoch_totals.acc())
+                    .add("val_loss", val_loss)
+                    .add("val_acc", val_acc)
+                    .add("images_per_s", rate)
+                    .add("elapsed_s", elapsed));
+}
+
+TrainSummary Trainer::Impl::finish() {
+  TrainSummary s;
+  s.steps = step;
+  s.epochs = epoch;
+  s.images_per_s = images / std::max(train_seconds, 1e-9);
+  s.train_loss = epoch_totals.loss();
+  s.train_acc = epoch_totals.acc();
+  s.val_loss = last_val_loss;
+  s.val_acc = last_val_acc;
+  s.elapsed_s = seconds_since(run_start);
+  s.comm_wait_s = comm_wait;
+  s.data_wait_s = data_wait;
+  s.world_size = world.size();
+  s.global_batch = o.batch_size * world.size() * o.accum_steps;
+  s.stopped_by_signal = stop_signal != 0;
+  s.stop_signal = stop_signal;
+  s.last_checkpoint = last_checkpoint;
+  metrics.write(JsonRecord()
+                    .add("event", "summary")
+                    .add("model", o.model)
+                    .add("images_per_s", s.images_per_s)
+                    .add("val_acc", s.val_acc)
+                    .add("val_loss", s.val_loss)
+                    .add("train_loss", s.train_loss)
+                    .add("train_acc", s.train_acc)
+                    .add("steps", s.steps)
+                    .add("epochs", s.epochs)
+                    .add("elapsed_s", s.elapsed_s)
+                    .add("train_s", train_seconds)
+                    .add("world_size", s.world_size)
+                    .add("global_batch", s.global_batch)
+                    .add("comm_wait_s", s.comm_wait_s)
+                    .add("data_wait_s", s.data_wait_s)
+                    .add("stopped_by_signal", s.stopped_by_signal)
+                    .add("checkpoint", s.last_checkpoint));
+  return s;
+}
+
+}  // namespace ddpv

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# ddpv-train end to end under mpirun -np 2 on a small store: training, per-epoch evaluation over
+# exactly the validation set, the epoch lines, the metrics file and its summary record.
+source "$(dirname "$0")/lib.sh"
+make_store "$WORK" --train 600 --test 203
+mpirun_np 2 "$BIN/ddpv-train" --data "$WORK/tiny.h5" --model lenet --epochs 3 --batch-size 32 \
+  --lr 0.05 --no-augment --metrics "$WORK/run.jsonl" --log-every 5 >"$WORK/out.txt" 2>&1 || { cat "$WORK/out.txt"; fail "training exited non-zero"; }
+cat "$WORK/out.txt"
+for e in 1 2 3; do grep -q "^epoch $e/3 train_loss .* val_loss .* val_acc .* img/s .* elapsed" "$WORK/out.txt" || fail "no epoch line $e"; done
+grep -q "^done: 3 epochs" "$WORK/out.txt" || fail "no summary line"
+# 203 test samples over 2 ranks: 102 + 101, none counted twice (the trainer checks the count).
+acc=$(json_field "$WORK/run.jsonl" summary val_acc)
+"$PY" -c "import sys; a=float('$acc'); sys.exit(0 if a > 0.9 else 1)" || fail "val_acc $acc <= 0.9 on a separable problem"
+for key in images_per_s val_acc val_loss train_loss steps epochs elapsed_s world_size global_batch comm_wait_s data_wait_s; do
+  v=$(json_field "$WORK/run.jsonl" summary "$key"); [ "$v" != missing ] || fail "summary lacks $key"
+done
+[ "$(json_field "$WORK/run.jsonl" summary world_size)" = 2 ] || fail "world_size != 2"
+[ "$(json_field "$WORK/run.jsonl" summary global_batch)" = 64 ] || fail "global_batch != 64"
+# 600 samples / 2 ranks = 300 per rank -> 10 batches of 32 per epoch -> 30 steps.
+[ "$(json_field "$WORK/run.jsonl" summary steps)" = 30 ] || fail "expected 30 steps"
+[ "$(grep -c '"event": "step"' "$WORK/run.jsonl")" = 6 ] || fail "expected a step record every 5 steps"
+# The plot script turns the metrics into a PNG (when matplotlib is present).
+if "$PY" -c "import matplotlib" 2>/dev/null; then
+  "$PY" "$SRC/scripts/plot_metrics.py" "$WORK/run.jsonl" -o "$WORK/run.png"
+  [ -s "$WORK/run.png" ] || fail "no plot written"
+fi
+echo "PASS"
