@@ -15,7 +15,7 @@ ifneq ($(DNNL_ROOT),)
 CMAKE_FLAGS += -Ddnnl_ROOT=$(DNNL_ROOT)
 endif
 
-.PHONY: all deps configure build test demo bench install clean
+.PHONY: all deps configure build test test-cluster demo bench install clean
 
 all: build
 
@@ -33,6 +33,11 @@ build: deps $(BUILD_DIR)/CMakeCache.txt
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 900
+
+# Slurm, multi-host (network namespaces) and install tests: tests/cluster/*_test.sh, as root.
+test-cluster: build
+	scripts/install-deps.sh --cluster || echo "test-cluster: could not install Slurm/munge; those tests will skip"
+	BUILD_DIR=$(abspath $(BUILD_DIR)) MPIRUN=$(MPIRUN) JOBS=$(JOBS) tests/cluster/run_all.sh
 
 demo: build
 	MPIRUN=$(MPIRUN) BUILD_DIR=$(BUILD_DIR) scripts/demo.sh
