@@ -1,0 +1,102 @@
+// Forward + backward throughput of a model on the CPU backend, and its achieved GFLOP/s against
+// the sgemm peak of the same threads measured in the same run (oneDNN's dnnl_sgemm).
+//   model_bench [--model resnet20] [--batch 64] [--threads 1] [--seconds 3]
+#include <dnnl.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "ddpv/core/rng.hpp"
+#include "ddpv/nn/model.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double now() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+
+// Training FLOPs per image (forward + backward = 3x forward, multiply-adds counted as 2), the
+// figures the performance targets are stated in.
+double train_gflop_per_image(const std::string& model) {
+  if (model == "resnet20") return 0.245;
+  if (model == "resnet56") return 0.756;
+  if (model == "lenet") return 0.0665;
+  return 0;
+}
+
+// Best of several runs of a square sgemm large enough to reach the kernel's steady state.
+double sgemm_peak_gflops(int threads) {
+  omp_set_num_threads(threads);
+  const int n = 1024;
+  std::vector<float> a(n * n, 1.0f), b(n * n, 0.5f), c(n * n, 0.0f);
+  double best = 0;
+  for (int rep = 0; rep < 7; ++rep) {
+    const double t0 = now();
+    dnnl_sgemm('N', 'N', n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    best = std::max(best, 2.0 * n * n * n / (now() - t0) / 1e9);
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model_name = "resnet20";
+  int batch = 64, threads = 1;
+  double seconds = 3;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--model")) model_name = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--batch")) batch = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--seconds")) seconds = std::atof(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "model_bench: unknown option %s\n", argv[i]);
+      return 2;
+    }
+  }
+  using namespace ddpv;
+  BackendOptions bo;
+  bo.threads = threads;
+  auto backend = make_backend(bo);
+  const Shape in = model_name == "lenet" ? Shape{28, 28, 1} : Shape{32, 32, 3};
+  auto model = make_model(model_name, *backend, in, 10);
+  model->init_parameters(1);
+  auto loss = backend->softmax_cross_entropy(10);
+  Tensor x = Tensor::empty(Shape{batch, in[0], in[1], in[2]}, DType::kF32);
+  Tensor y = Tensor::empty(Shape{batch}, DType::kI32);
+  Tensor dl = Tensor::empty(Shape{batch, 10}, DType::kF32);
+  Rng rng(3);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = rng.normal();
+  for (int i = 0; i < batch; ++i) y.data<int32_t>()[i] = static_cast<int32_t>(rng.uniform_int(10));
+  auto step = [&] {
+    const Tensor& logits = model->forward(x, true);
+    loss->forward(batch, logits.data<float>(), y.data<int32_t>());
+    loss->backward(batch, y.data<int32_t>(), dl.data<float>(), 1.0f / batch);
+    model->backward(dl, false);
+  };
+  for (int i = 0; i < 3; ++i) step();  // primitives, caches, page faults
+  std::vector<double> times;
+  const double end = now() + seconds;
+  while (now() < end || times.size() < 5) {
+    const double t0 = now();
+    step();
+    times.push_back(now() - t0);
+  }
+  std::sort(times.begin(), times.end());
+  const double median = times[times.size() / 2];
+  const double ips = batch / median;
+  const double peak = sgemm_peak_gflops(threads);
+  const double gflops = ips * train_gflop_per_image(model_name);
+  std::printf("model %s batch %d threads %d: forward+backward %.2f ms/step (median of %zu), "
+              "%.0f images/s\n", model_name.c_str(), batch, threads, median * 1e3, times.size(),
+              ips);
+  std::printf("achieved %.1f GFLOP/s (%.3f GFLOP/image) = %.1f%% of the sgemm peak %.1f GFLOP/s "
+              "(%d thread%s, measured in this run)\n", gflops, train_gflop_per_image(model_name),
+              100.0 * gflops / peak, peak, threads, threads == 1 ? "" : "s");
+  return 0;
+}

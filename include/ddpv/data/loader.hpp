@@ -1,0 +1,75 @@
+// Loader: a background thread that turns this rank's share of a split into ready float batches.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "ddpv/core/tensor.hpp"
+#include "ddpv/data/augment.hpp"
+#include "ddpv/data/image_store.hpp"
+#include "ddpv/data/sampler.hpp"
+
+namespace ddpv {
+
+struct LoaderOptions {
+  std::string split = "train";
+  int64_t batch_size = 64;  // per rank
+  int rank = 0;
+  int world_size = 1;
+  bool shuffle = true;
+  bool drop_last = false;  // of the sampler (PyTorch's DistributedSampler drop_last)
+  // Evaluation: every sample exactly once across ranks, no padding (shard_unpadded()); ranks may
+  // then differ by one sample and the last batches may differ in size.
+  bool unpadded = false;
+  uint64_t seed = 0;
+  bool augment = true;  // crop + flip; off for evaluation
+  AugmentOptions augment_options;
+  int prefetch = 4;        // ready batches queued ahead of the consumer
+  double cache_mb = 2048;  // the split is held in memory when its images fit under this
+  // Memory of the delivered batches (e.g. the backend's pinned staging_allocator(), so a GPU
+  // trainer can copy asynchronously); host memory when null. Must outlive the Loader.
+  Allocator* allocator = nullptr;
+};
+
+// One ready batch. Its memory is lent from the Loader's pool and goes back when the last copy
+// of this Batch is destroyed, so keep it alive until an asynchronous copy out of it is done.
+// The pool has prefetch + 2 slots: a consumer holding all of them would wait forever in next().
+struct Batch {
+  Tensor images;  // (B, H, W, C) float32, normalised
+  Tensor labels;  // (B) int32
+  int64_t size = 0;
+  int64_t epoch = 0;
+  int64_t step = 0;  // index of this batch within its epoch
+  std::shared_ptr<void> lease;
+};
+
+// Note [Loader thread]: start_epoch() hands the thread an epoch; it reads each batch's rows
+// (from the in-memory cache or with one HDF5 read), augments and normalises into a free slot
+// of a fixed pool (prefetch + 2 slots, allocated once: pinned allocations are slow), and queues
+// it. next() pops in order; at the end of the epoch it returns nullopt. An exception in the
+// thread is rethrown by next(). The store must outlive the Loader.
+class Loader {
+ public:
+  Loader(const ImageStore& store, LoaderOptions options);
+  ~Loader();  // stops and joins the thread
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  // Starts producing `epoch`, skipping its first `start_step` batches (exact resume). Any batch
+  // of a previous epoch not yet consumed is dropped.
+  void start_epoch(int64_t epoch, int64_t start_step = 0);
+  std::optional<Batch> next();
+
+  int64_t samples_per_epoch() const;  // this rank's samples
+  int64_t steps_per_epoch() const;    // this rank's batches (the last may be short)
+  bool cached() const;                // whether the split is served from memory
+  const LoaderOptions& options() const;
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace ddpv

@@ -1,0 +1,51 @@
+// StoreWriter: writes an HDF5 image store (format version 1) safely, for ddpv-convert and tests.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ddpv {
+
+struct StoreWriterOptions {
+  int64_t chunk_images = 0;  // images per chunk; 0 picks about 256 KiB per chunk
+  int gzip_level = -1;       // -1: no compression; 0..9: deflate with the shuffle filter
+  bool checksum = false;     // fletcher32 on every chunk
+};
+
+// Parses "none", "gzip" (level 4) or "gzip:N" into a gzip level (-1 for none); throws otherwise.
+int parse_compression(const std::string& spec);
+
+// Note [Atomic store]: everything is written to "<out>.tmp", which is closed (flushing HDF5's
+// buffers) and renamed to <out> only by commit(). A writer destroyed before commit() -- an
+// exception anywhere in a converter -- deletes the temporary, so a failed conversion leaves
+// neither <out> nor <out>.tmp, and a previous <out> is untouched.
+class StoreWriter {
+ public:
+  StoreWriter(const std::string& out_path, int height, int width, int channels,
+              std::vector<std::string> class_names, const std::string& source,
+              StoreWriterOptions options = {});
+  ~StoreWriter();
+  StoreWriter(const StoreWriter&) = delete;
+  StoreWriter& operator=(const StoreWriter&) = delete;
+
+  // Starts a split (a group with extendible images and labels datasets); ends the previous one.
+  void begin_split(const std::string& name);
+  // Appends n images (n, H, W, C) and their labels; each label must lie in [0, num_classes).
+  void append(const uint8_t* images, const int32_t* labels, int64_t n);
+  int64_t split_count() const;  // images appended to the current split
+
+  // Writes the attributes, with mean/std over the "train" split (required), closes and renames.
+  void commit();
+
+  // Per-channel mean and std of the "train" images so far, on the 0..1 scale.
+  std::vector<float> train_mean() const;
+  std::vector<float> train_std() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ddpv

@@ -1,0 +1,142 @@
+// Private HDF5 helpers: the DDPV_HDF5_CHECK macro, RAII handles and small read/write helpers
+// for datasets, groups and attributes (shared by the image store and checkpoint I/O).
+#pragma once
+
+#include <hdf5.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ddpv/core/error.hpp"
+
+namespace ddpv::h5 {
+
+// Note [HDF5 errors]: HDF5 prints its whole error stack to stderr by default, dozens of lines
+// per failure and from every thread. We switch that off (per thread: the thread-safe build keeps
+// the setting per thread) and fold the innermost useful lines of the stack into the one-line
+// ddpv::Error instead. Every handle constructor calls quiet_errors(), so the loader thread and
+// the main thread are both covered without a global initialiser.
+void quiet_errors();
+// The current thread's error stack as one line ("H5Fopen: unable to open file: file signature
+// not found"), then cleared. Empty when the stack is empty.
+std::string take_error_stack();
+
+template <typename T, typename MessageFn>
+T checked(T value, const char* file, int line, MessageFn&& message) {
+  if (value < 0) [[unlikely]] {
+    std::string stack = take_error_stack();
+    ::ddpv::throw_error(message() + (stack.empty() ? "" : " (" + stack + ")"), file, line);
+  }
+  return value;
+}
+
+// A move-only owner of one hid_t and the H5?close function that releases it.
+class Handle {
+ public:
+  using Closer = herr_t (*)(hid_t);
+  Handle() = default;
+  Handle(hid_t id, Closer close) : id_(id), close_(close) {}
+  ~Handle() { reset(); }
+  Handle(Handle&& o) noexcept : id_(std::exchange(o.id_, -1)), close_(o.close_) {}
+  Handle& operator=(Handle&& o) noexcept {
+    if (this != &o) {
+      reset();
+      id_ = std::exchange(o.id_, -1);
+      close_ = o.close_;
+    }
+    return *this;
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+
+  hid_t get() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+  void reset() noexcept {
+    if (id_ >= 0 && close_) close_(id_);  // a failed close cannot be reported from here
+    id_ = -1;
+  }
+  // Closes now and reports failure (a file close is where buffered writes hit the disk).
+  void close(const std::string& what);
+
+ private:
+  hid_t id_ = -1;
+  Closer close_ = nullptr;
+};
+
+// ---- files and groups ----------------------------------------------------------------------
+bool is_hdf5(const std::string& path);  // false for a missing or non-HDF5 file, never throws
+Handle open_file(const std::string& path, bool writable = false);
+Handle create_file(const std::string& path);  // truncates
+Handle open_group(hid_t loc, const std::string& name);
+Handle create_group(hid_t loc, const std::string& name);
+bool exists(hid_t loc, const std::string& path);  // every component of a/b/c, never throws
+bool is_group(hid_t loc, const std::string& name);
+bool is_dataset(hid_t loc, const std::string& name);
+std::vector<std::string> child_names(hid_t group);  // in name order
+
+// ---- datasets ------------------------------------------------------------------------------
+Handle open_dataset(hid_t loc, const std::string& name);
+// With a chunk cache of `cache_bytes` (0: none, so unfiltered chunks are read in place).
+Handle open_dataset(hid_t loc, const std::string& name, size_t cache_bytes);
+Handle dataset_space(hid_t dataset);
+Handle dataset_type(hid_t dataset);
+std::vector<int64_t> dataset_dims(hid_t dataset);
+
+// What a stored type is, in terms a validator can put in a message ("int32", "float64").
+struct TypeInfo {
+  H5T_class_t cls = H5T_NO_CLASS;
+  size_t size = 0;
+  bool is_signed = false;
+  std::string str() const;
+};
+TypeInfo type_info(hid_t type);
+
+// Filters of a chunked dataset, for inspection.
+struct Layout {
+  bool chunked = false;
+  std::vector<int64_t> chunk_dims;
+  std::vector<std::string> filters;  // "deflate(6)", "shuffle", "fletcher32"
+};
+Layout dataset_layout(hid_t dataset);
+
+// Whole-dataset helpers; `mem_type` is a native type (H5T_NATIVE_FLOAT, ...), HDF5 converts.
+void write_dataset(hid_t loc, const std::string& name, const std::vector<int64_t>& dims,
+                   hid_t file_type, hid_t mem_type, const void* data);
+void read_dataset(hid_t loc, const std::string& name, hid_t mem_type, void* data,
+                  size_t expected_elements);
+void write_f32(hid_t loc, const std::string& name, const std::vector<int64_t>& dims,
+               const float* data);
+std::vector<float> read_f32(hid_t loc, const std::string& name, std::vector<int64_t>* dims);
+// int64 datasets; empty dims write a scalar (rank-0) dataset, as PyTorch's 0-dim tensors.
+void write_i64(hid_t loc, const std::string& name, const std::vector<int64_t>& dims,
+               const int64_t* data);
+std::vector<int64_t> read_i64(hid_t loc, const std::string& name, std::vector<int64_t>* dims);
+
+// ---- attributes ----------------------------------------------------------------------------
+bool has_attr(hid_t loc, const std::string& name);
+void write_attr_string(hid_t loc, const std::string& name, const std::string& value);
+void write_attr_strings(hid_t loc, const std::string& name, const std::vector<std::string>& v);
+void write_attr_i64(hid_t loc, const std::string& name, int64_t value);
+void write_attr_f64(hid_t loc, const std::string& name, double value);
+void write_attr_f32s(hid_t loc, const std::string& name, const std::vector<float>& values);
+void write_attr_u64(hid_t loc, const std::string& name, uint64_t value);
+void write_attr_u64s(hid_t loc, const std::string& name, const std::vector<uint64_t>& values);
+// Readers accept fixed or variable-length strings and any integer or float width, so files
+// written by h5py or another tool read the same; they throw naming the attribute on mismatch.
+std::string read_attr_string(hid_t loc, const std::string& name);
+std::vector<std::string> read_attr_strings(hid_t loc, const std::string& name);
+int64_t read_attr_i64(hid_t loc, const std::string& name);
+double read_attr_f64(hid_t loc, const std::string& name);
+std::vector<double> read_attr_f64s(hid_t loc, const std::string& name);
+std::vector<uint64_t> read_attr_u64s(hid_t loc, const std::string& name);  // any integer width
+
+}  // namespace ddpv::h5
+
+// Checks an HDF5 call (negative return = failure) and evaluates to its result:
+//   h5::Handle f(DDPV_HDF5_CHECK(H5Fopen(p, ...), "cannot open ", p), H5Fclose);
+// The streamed message is built only on failure.
+#define DDPV_HDF5_CHECK(expr, ...)                \
+  ::ddpv::h5::checked((expr), __FILE__, __LINE__, \
+                      [&] { return ::ddpv::detail::concat(__VA_ARGS__); })

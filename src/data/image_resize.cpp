@@ -1,0 +1,106 @@
+// Antialiased bilinear resampling and center crop for the image-folder converter.
+#include <algorithm>
+#include <cmath>
+
+#include "data/image_codec.hpp"
+#include "ddpv/core/error.hpp"
+
+namespace ddpv::codec {
+namespace {
+
+// For each output coordinate: the first source index and the normalised weights of a triangle
+// kernel stretched by the downscale factor (Note [Resize]).
+struct Taps {
+  std::vector<int> first;
+  std::vector<int> count;
+  std::vector<float> weights;  // count[o] weights from o * max_taps
+  int max_taps = 0;
+};
+
+Taps make_taps(int in, int out) {
+  const double scale = static_cast<double>(out) / in;
+  const double stretch = std::max(1.0, 1.0 / scale);  // kernel width in source pixels
+  const double support = stretch;                     // triangle has radius 1 before stretching
+  Taps t;
+  t.max_taps = static_cast<int>(std::ceil(support)) * 2 + 1;
+  t.first.resize(static_cast<size_t>(out));
+  t.count.resize(static_cast<size_t>(out));
+  t.weights.assign(static_cast<size_t>(out) * t.max_taps, 0.0f);
+  for (int o = 0; o < out; ++o) {
+    const double center = (o + 0.5) / scale;  // in source pixel units, edges at integers
+    int lo = std::max(0, static_cast<int>(std::floor(center - support)));
+    int hi = std::min(in, static_cast<int>(std::ceil(center + support)));
+    hi = std::min(hi, lo + t.max_taps);
+    double total = 0.0;
+    std::vector<double> w;
+    for (int i = lo; i < hi; ++i) {
+      const double d = std::abs((i + 0.5 - center) / stretch);
+      w.push_back(std::max(0.0, 1.0 - d));
+      total += w.back();
+    }
+    if (total <= 0.0) {  // cannot happen for in, out >= 1, but keep the weights well defined
+      w.assign(w.size(), 0.0);
+      w[0] = total = 1.0;
+    }
+    t.first[static_cast<size_t>(o)] = lo;
+    t.count[static_cast<size_t>(o)] = hi - lo;
+    for (size_t k = 0; k < w.size(); ++k)
+      t.weights[static_cast<size_t>(o) * t.max_taps + k] = static_cast<float>(w[k] / total);
+  }
+  return t;
+}
+
+}  // namespace
+
+void resize_bilinear_aa(const uint8_t* src, int sh, int sw, int c, uint8_t* dst, int dh, int dw) {
+  DDPV_CHECK(sh > 0 && sw > 0 && dh > 0 && dw > 0 && c > 0, "resize: empty image");
+  const Taps tx = make_taps(sw, dw), ty = make_taps(sh, dh);
+  std::vector<float> mid(static_cast<size_t>(sh) * dw * c);  // (sh, dw, c): rows resampled
+  for (int y = 0; y < sh; ++y) {
+    const uint8_t* row = src + static_cast<size_t>(y) * sw * c;
+    float* m = mid.data() + static_cast<size_t>(y) * dw * c;
+    for (int x = 0; x < dw; ++x) {
+      const float* w = tx.weights.data() + static_cast<size_t>(x) * tx.max_taps;
+      for (int ch = 0; ch < c; ++ch) {
+        float acc = 0.0f;
+        for (int k = 0; k < tx.count[static_cast<size_t>(x)]; ++k)
+          acc += w[k] * row[(tx.first[static_cast<size_t>(x)] + k) * c + ch];
+        m[x * c + ch] = acc;
+      }
+    }
+  }
+  for (int y = 0; y < dh; ++y) {
+    const float* w = ty.weights.data() + static_cast<size_t>(y) * ty.max_taps;
+    uint8_t* out = dst + static_cast<size_t>(y) * dw * c;
+    for (int i = 0; i < dw * c; ++i) {
+      float acc = 0.0f;
+      for (int k = 0; k < ty.count[static_cast<size_t>(y)]; ++k)
+        acc += w[k] * mid[static_cast<size_t>(ty.first[static_cast<size_t>(y)] + k) * dw * c + i];
+      out[i] = static_cast<uint8_t>(std::clamp(std::lround(acc), 0L, 255L));
+    }
+  }
+}
+
+Image resize_center_crop(const Image& src, int height, int width) {
+  DDPV_CHECK(height > 0 && width > 0, "resize: bad target size ", height, "x", width);
+  const double scale =
+      std::max(static_cast<double>(height) / src.height, static_cast<double>(width) / src.width);
+  const int rh = std::max(height, static_cast<int>(std::lround(src.height * scale)));
+  const int rw = std::max(width, static_cast<int>(std::lround(src.width * scale)));
+  std::vector<uint8_t> resized(static_cast<size_t>(rh) * rw * src.channels);
+  resize_bilinear_aa(src.pixels.data(), src.height, src.width, src.channels, resized.data(), rh,
+                     rw);
+  Image out;
+  out.height = height;
+  out.width = width;
+  out.channels = src.channels;
+  out.pixels.resize(static_cast<size_t>(height) * width * src.channels);
+  const int y0 = (rh - height) / 2, x0 = (rw - width) / 2;
+  const size_t row_bytes = static_cast<size_t>(width) * src.channels;
+  for (int y = 0; y < height; ++y)
+    std::copy_n(resized.data() + (static_cast<size_t>(y + y0) * rw + x0) * src.channels, row_bytes,
+                out.pixels.data() + static_cast<size_t>(y) * row_bytes);
+  return out;
+}
+
+}  // namespace ddpv::codec

@@ -1,0 +1,256 @@
+// Loader: background reading, augmentation and normalisation into a bounded queue of batches.
+#include "ddpv/data/loader.hpp"
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "ddpv/core/log.hpp"
+
+namespace ddpv {
+namespace {
+
+struct Slot {
+  Tensor images;  // (batch_size, H, W, C) float32
+  Tensor labels;  // (batch_size) int32
+};
+
+struct Ready {
+  int slot = -1;  // -1 marks the end of the epoch
+  int64_t size = 0, epoch = 0, step = 0;
+};
+
+struct Request {
+  int64_t epoch = 0, start_step = 0;
+};
+
+}  // namespace
+
+struct Loader::State {
+  const ImageStore* store;
+  LoaderOptions opt;
+  DistributedSampler sampler;
+  int height, width, channels;
+  size_t image_bytes;
+  std::vector<float> mean, inv_std;
+  const std::vector<int32_t>* labels;
+  std::vector<uint8_t> cache;  // (N, H, W, C) when the split fits under cache_mb
+  bool is_cached = false;
+  std::vector<Slot> slots;
+  Device device = Device::kCpu;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<int> free_slots;
+  std::deque<Ready> ready;
+  std::optional<Request> pending;
+  uint64_t generation = 0;  // bumped by every start_epoch; stale work is dropped
+  bool active = false;      // an epoch was started and its end marker not yet consumed
+  bool stop = false;
+  std::exception_ptr error;
+  std::thread worker;
+
+  State(const ImageStore& s, LoaderOptions o)
+      : store(&s),
+        opt(std::move(o)),
+        sampler(s.split_size(opt.split), opt.world_size, opt.rank, opt.shuffle, opt.seed,
+                opt.drop_last) {}
+
+  void release(int slot) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      free_slots.push_back(slot);
+    }
+    cv.notify_all();
+  }
+
+  std::vector<int64_t> epoch_indices(int64_t epoch) {
+    sampler.set_epoch(epoch);
+    return opt.unpadded ? sampler.shard_unpadded() : sampler.indices();
+  }
+
+  void fill(Slot& slot, const int64_t* idx, int64_t n, int64_t epoch, std::vector<uint8_t>& raw) {
+    const uint8_t* base = cache.data();
+    if (!is_cached) {
+      raw.resize(static_cast<size_t>(n) * image_bytes);
+      store->read_rows(opt.split, idx, static_cast<size_t>(n), raw.data());
+    }
+    float* images = slot.images.data<float>();
+    int32_t* labels_out = slot.labels.data<int32_t>();
+    const size_t out_elems = image_bytes;  // one float per byte
+    for (int64_t i = 0; i < n; ++i) {
+      const uint8_t* src = is_cached ? base + static_cast<size_t>(idx[i]) * image_bytes
+                                     : raw.data() + static_cast<size_t>(i) * image_bytes;
+      const AugmentDraw draw = opt.augment
+                                   ? draw_augmentation(opt.augment_options, opt.seed, epoch, idx[i])
+                                   : identity_draw(opt.augment_options);
+      augment_normalize(src, height, width, channels, opt.augment_options.pad, draw, mean.data(),
+                        inv_std.data(), images + static_cast<size_t>(i) * out_elems);
+      labels_out[i] = (*labels)[static_cast<size_t>(idx[i])];
+    }
+  }
+
+  void run() {
+    std::vector<uint8_t> raw;
+    std::unique_lock<std::mutex> lock(mu);
+    while (true) {
+      cv.wait(lock, [&] { return stop || pending.has_value(); });
+      if (stop) return;
+      const Request req = *pending;
+      pending.reset();
+      const uint64_t gen = generation;
+      lock.unlock();
+      bool superseded = false;
+      try {
+        const std::vector<int64_t> idx = epoch_indices(req.epoch);
+        const int64_t total = static_cast<int64_t>(idx.size());
+        const int64_t steps = (total + opt.batch_size - 1) / opt.batch_size;
+        for (int64_t step = req.start_step; step < steps; ++step) {
+          lock.lock();
+          cv.wait(lock, [&] { return stop || generation != gen || !free_slots.empty(); });
+          if (stop || generation != gen) {
+            superseded = true;
+            lock.unlock();
+            break;
+          }
+          const int s = free_slots.front();
+          free_slots.pop_front();
+          lock.unlock();
+          const int64_t begin = step * opt.batch_size;
+          const int64_t n = std::min(opt.batch_size, total - begin);
+          fill(slots[static_cast<size_t>(s)], idx.data() + begin, n, req.epoch, raw);
+          lock.lock();
+          if (generation != gen) {
+            free_slots.push_back(s);
+            superseded = true;
+            lock.unlock();
+            break;
+          }
+          ready.push_back(Ready{s, n, req.epoch, step});
+          lock.unlock();
+          cv.notify_all();
+        }
+      } catch (...) {
+        lock.lock();
+        error = std::current_exception();
+        cv.notify_all();
+        return;
+      }
+      lock.lock();
+      if (!superseded && generation == gen) ready.push_back(Ready{});
+      cv.notify_all();
+    }
+  }
+};
+
+Loader::Loader(const ImageStore& store, LoaderOptions options)
+    : state_(std::make_shared<State>(store, std::move(options))) {
+  State& s = *state_;
+  const LoaderOptions& o = s.opt;
+  DDPV_CHECK(o.batch_size > 0, "batch size must be positive, got ", o.batch_size);
+  DDPV_CHECK(o.prefetch >= 1, "prefetch must be at least 1, got ", o.prefetch);
+  DDPV_CHECK(o.augment_options.pad >= 0, "crop padding must be non-negative");
+  s.height = store.height();
+  s.width = store.width();
+  s.channels = store.channels();
+  s.image_bytes = static_cast<size_t>(store.image_bytes());
+  s.mean = store.mean();
+  for (float v : store.std()) s.inv_std.push_back(1.0f / v);
+  s.labels = &store.labels(o.split);
+
+  const int64_t n = store.split_size(o.split);
+  const double split_mb = static_cast<double>(n) * static_cast<double>(s.image_bytes) / (1 << 20);
+  if (split_mb <= o.cache_mb) {
+    s.cache.resize(static_cast<size_t>(n) * s.image_bytes);
+    store.read_range(o.split, 0, n, s.cache.data());
+    s.is_cached = true;
+    DDPV_DEBUG("loader: split '", o.split, "' cached in memory (", split_mb, " MB)");
+  }
+
+  Allocator* alloc = o.allocator ? o.allocator : host_allocator();
+  s.device = alloc->device();
+  const int num_slots = o.prefetch + 2;  // queued + one being filled + one held by the consumer
+  for (int i = 0; i < num_slots; ++i) {
+    s.slots.push_back(
+        Slot{Tensor::empty(Shape{o.batch_size, s.height, s.width, s.channels}, DType::kF32, alloc),
+             Tensor::empty(Shape{o.batch_size}, DType::kI32, alloc)});
+    s.free_slots.push_back(i);
+  }
+  s.worker = std::thread([st = state_.get()] { st->run(); });
+}
+
+Loader::~Loader() {
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->stop = true;
+  }
+  state_->cv.notify_all();
+  if (state_->worker.joinable()) state_->worker.join();
+}
+
+void Loader::start_epoch(int64_t epoch, int64_t start_step) {
+  DDPV_CHECK(epoch >= 0 && start_step >= 0, "bad loader position (epoch ", epoch, ", step ",
+             start_step, ")");
+  State& s = *state_;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    ++s.generation;
+    for (const Ready& r : s.ready)
+      if (r.slot >= 0) s.free_slots.push_back(r.slot);
+    s.ready.clear();
+    s.pending = Request{epoch, start_step};
+    s.active = true;
+  }
+  s.cv.notify_all();
+}
+
+std::optional<Batch> Loader::next() {
+  State& s = *state_;
+  std::unique_lock<std::mutex> lock(s.mu);
+  if (!s.active) return std::nullopt;
+  s.cv.wait(lock, [&] { return s.error || !s.ready.empty(); });
+  if (s.error) std::rethrow_exception(s.error);
+  const Ready r = s.ready.front();
+  s.ready.pop_front();
+  if (r.slot < 0) {
+    s.active = false;
+    return std::nullopt;
+  }
+  lock.unlock();
+  s.cv.notify_all();
+  const Slot& slot = s.slots[static_cast<size_t>(r.slot)];
+  Batch b;
+  b.images = Tensor::wrap(slot.images.raw(), Shape{r.size, s.height, s.width, s.channels},
+                          DType::kF32, s.device);
+  b.labels = Tensor::wrap(slot.labels.raw(), Shape{r.size}, DType::kI32, s.device);
+  b.size = r.size;
+  b.epoch = r.epoch;
+  b.step = r.step;
+  // The lease holds the State, so a Batch outliving the Loader still points at live memory.
+  std::shared_ptr<State> keep = state_;
+  const int index = r.slot;
+  b.lease =
+      std::shared_ptr<void>(slot.images.raw(), [keep, index](void*) { keep->release(index); });
+  return b;
+}
+
+int64_t Loader::samples_per_epoch() const {
+  const State& s = *state_;
+  if (!s.opt.unpadded) return s.sampler.num_samples();
+  const int64_t n = s.sampler.dataset_size();
+  const int64_t w = s.opt.world_size, r = s.opt.rank;
+  return r < n % w ? n / w + 1 : n / w;
+}
+
+int64_t Loader::steps_per_epoch() const {
+  return (samples_per_epoch() + state_->opt.batch_size - 1) / state_->opt.batch_size;
+}
+
+bool Loader::cached() const { return state_->is_cached; }
+const LoaderOptions& Loader::options() const { return state_->opt; }
+
+}  // namespace ddpv

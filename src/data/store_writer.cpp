@@ -1,0 +1,227 @@
+// StoreWriter: chunked, optionally compressed datasets, exact train statistics, atomic rename.
+#include "ddpv/data/store_writer.hpp"
+
+#include <cmath>
+#include <filesystem>
+
+#include "data/h5.hpp"
+#include "ddpv/core/log.hpp"
+#include "ddpv/data/image_store.hpp"
+
+namespace ddpv {
+namespace {
+constexpr int64_t kDefaultChunkBytes = 256 * 1024;
+}
+
+int parse_compression(const std::string& spec) {
+  if (spec == "none") return -1;
+  if (spec == "gzip") return 4;
+  if (spec.rfind("gzip:", 0) == 0 && spec.size() == 6 && spec[5] >= '0' && spec[5] <= '9')
+    return spec[5] - '0';
+  DDPV_FAIL("--compress '", spec, "' is not understood: use none, gzip or gzip:0..9");
+}
+
+struct StoreWriter::Impl {
+  std::string out, tmp;
+  int height, width, channels;
+  int64_t image_bytes;
+  std::vector<std::string> class_names;
+  std::string source;
+  StoreWriterOptions opt;
+  h5::Handle file, group, images, labels;
+  std::string split;
+  int64_t count = 0;
+  bool have_train = false;
+  // Exact integer sums of the train pixels per channel: no rounding however large the split.
+  std::vector<uint64_t> sum, sum_sq;
+  uint64_t train_pixels = 0;
+
+  h5::Handle create_extendible(const std::string& name, const std::vector<hsize_t>& row,
+                               hid_t file_type, int64_t chunk_rows) {
+    std::vector<hsize_t> dims{0}, max{H5S_UNLIMITED}, chunk{static_cast<hsize_t>(chunk_rows)};
+    for (hsize_t d : row) {
+      dims.push_back(d), max.push_back(d), chunk.push_back(d);
+    }
+    const int rank = static_cast<int>(dims.size());
+    h5::Handle space(DDPV_HDF5_CHECK(H5Screate_simple(rank, dims.data(), max.data()), "dataspace"),
+                     H5Sclose);
+    h5::Handle plist(DDPV_HDF5_CHECK(H5Pcreate(H5P_DATASET_CREATE), "plist"), H5Pclose);
+    DDPV_HDF5_CHECK(H5Pset_chunk(plist.get(), rank, chunk.data()), "setting chunks of ", name);
+    if (opt.checksum) DDPV_HDF5_CHECK(H5Pset_fletcher32(plist.get()), "setting fletcher32");
+    if (opt.gzip_level >= 0) {
+      DDPV_HDF5_CHECK(H5Pset_shuffle(plist.get()), "setting shuffle");
+      DDPV_HDF5_CHECK(H5Pset_deflate(plist.get(), static_cast<unsigned>(opt.gzip_level)),
+                      "setting deflate");
+    }
+    return h5::Handle(DDPV_HDF5_CHECK(H5Dcreate2(group.get(), name.c_str(), file_type, space.get(),
+                                                 H5P_DEFAULT, plist.get(), H5P_DEFAULT),
+                                      tmp, ": cannot create /", split, "/", name),
+                      H5Dclose);
+  }
+
+  void append_rows(hid_t dataset, const std::vector<hsize_t>& row, hid_t mem_type, const void* data,
+                   int64_t n) {
+    std::vector<hsize_t> new_dims{static_cast<hsize_t>(count + n)},
+        start{static_cast<hsize_t>(count)}, block{static_cast<hsize_t>(n)};
+    for (hsize_t d : row) new_dims.push_back(d), start.push_back(0), block.push_back(d);
+    DDPV_HDF5_CHECK(H5Dset_extent(dataset, new_dims.data()), "extending /", split);
+    h5::Handle fspace = h5::dataset_space(dataset);
+    DDPV_HDF5_CHECK(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr,
+                                        block.data(), nullptr),
+                    "selecting rows");
+    h5::Handle mspace(
+        DDPV_HDF5_CHECK(H5Screate_simple(static_cast<int>(block.size()), block.data(), nullptr),
+                        "memory space"),
+        H5Sclose);
+    DDPV_HDF5_CHECK(H5Dwrite(dataset, mem_type, mspace.get(), fspace.get(), H5P_DEFAULT, data), tmp,
+                    ": cannot write /", split, " (disk full?)");
+  }
+
+  void end_split() {
+    images.reset();
+    labels.reset();
+    group.reset();
+  }
+};
+
+StoreWriter::StoreWriter(const std::string& out_path, int height, int width, int channels,
+                         std::vector<std::string> class_names, const std::string& source,
+                         StoreWriterOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& s = *impl_;
+  DDPV_CHECK(height > 0 && width > 0 && (channels == 1 || channels == 3), "bad image shape ",
+             height, "x", width, "x", channels);
+  DDPV_CHECK(!class_names.empty(), "a store needs at least one class");
+  DDPV_CHECK(options.chunk_images >= 0, "--chunk-images must be positive");
+  DDPV_CHECK(options.gzip_level >= -1 && options.gzip_level <= 9, "gzip level must be 0..9");
+  s.out = out_path;
+  s.tmp = out_path + ".tmp";
+  s.height = height, s.width = width, s.channels = channels;
+  s.image_bytes = int64_t{height} * width * channels;
+  s.class_names = std::move(class_names);
+  s.source = source;
+  s.opt = options;
+  if (s.opt.chunk_images == 0)
+    s.opt.chunk_images = std::max<int64_t>(1, kDefaultChunkBytes / s.image_bytes);
+  s.sum.assign(static_cast<size_t>(channels), 0);
+  s.sum_sq.assign(static_cast<size_t>(channels), 0);
+  s.file = h5::create_file(s.tmp);
+}
+
+StoreWriter::~StoreWriter() {
+  if (!impl_->file.valid()) return;  // committed
+  impl_->end_split();
+  impl_->file.reset();
+  std::error_code ec;
+  std::filesystem::remove(impl_->tmp, ec);  // best effort: a destructor never throws
+}
+
+void StoreWriter::begin_split(const std::string& name) {
+  Impl& s = *impl_;
+  DDPV_CHECK(s.file.valid(), "store already committed");
+  DDPV_CHECK(!name.empty() && name.find('/') == std::string::npos, "bad split name '", name, "'");
+  DDPV_CHECK(!h5::exists(s.file.get(), name), "split '", name, "' written twice");
+  s.end_split();
+  s.split = name;
+  s.count = 0;
+  s.group = h5::create_group(s.file.get(), name);
+  s.images = s.create_extendible("images",
+                                 {static_cast<hsize_t>(s.height), static_cast<hsize_t>(s.width),
+                                  static_cast<hsize_t>(s.channels)},
+                                 H5T_STD_U8LE, s.opt.chunk_images);
+  // Labels are tiny: chunk them by a larger count so the labels dataset is not thousands of chunks.
+  s.labels =
+      s.create_extendible("labels", {}, H5T_STD_I32LE, std::max<int64_t>(s.opt.chunk_images, 4096));
+  if (name == "train") s.have_train = true;
+}
+
+void StoreWriter::append(const uint8_t* images, const int32_t* labels, int64_t n) {
+  Impl& s = *impl_;
+  DDPV_CHECK(s.images.valid(), "append before begin_split");
+  if (n <= 0) return;
+  const int64_t k = static_cast<int64_t>(s.class_names.size());
+  for (int64_t i = 0; i < n; ++i)
+    DDPV_CHECK(labels[i] >= 0 && labels[i] < k, "label ", labels[i], " of image ", s.count + i,
+               " in split '", s.split, "' is outside [0, ", k, ")");
+  if (s.split == "train") {
+    const size_t c = static_cast<size_t>(s.channels);
+    const size_t total = static_cast<size_t>(n * s.image_bytes);
+    for (size_t ch = 0; ch < c; ++ch) {
+      uint64_t a = 0, b = 0;
+      for (size_t i = ch; i < total; i += c) {
+        const uint64_t v = images[i];
+        a += v;
+        b += v * v;
+      }
+      s.sum[ch] += a;
+      s.sum_sq[ch] += b;
+    }
+    s.train_pixels += static_cast<uint64_t>(n * s.height * s.width);
+  }
+  s.append_rows(s.images.get(),
+                {static_cast<hsize_t>(s.height), static_cast<hsize_t>(s.width),
+                 static_cast<hsize_t>(s.channels)},
+                H5T_NATIVE_UINT8, images, n);
+  s.append_rows(s.labels.get(), {}, H5T_NATIVE_INT32, labels, n);
+  s.count += n;
+}
+
+int64_t StoreWriter::split_count() const { return impl_->count; }
+
+std::vector<float> StoreWriter::train_mean() const {
+  const Impl& s = *impl_;
+  std::vector<float> m;
+  for (size_t c = 0; c < s.sum.size(); ++c)
+    m.push_back(s.train_pixels ? static_cast<float>(static_cast<double>(s.sum[c]) /
+                                                    (255.0 * static_cast<double>(s.train_pixels)))
+                               : 0.0f);
+  return m;
+}
+
+std::vector<float> StoreWriter::train_std() const {
+  const Impl& s = *impl_;
+  std::vector<float> out;
+  for (size_t c = 0; c < s.sum.size(); ++c) {
+    const double n = static_cast<double>(s.train_pixels);
+    const double mean = n > 0 ? static_cast<double>(s.sum[c]) / n : 0.0;
+    const double var = n > 0 ? static_cast<double>(s.sum_sq[c]) / n - mean * mean : 0.0;
+    out.push_back(static_cast<float>(std::sqrt(std::max(var, 0.0)) / 255.0));
+  }
+  return out;
+}
+
+void StoreWriter::commit() {
+  Impl& s = *impl_;
+  DDPV_CHECK(s.file.valid(), "store already committed");
+  DDPV_CHECK(s.have_train && s.train_pixels > 0, s.out,
+             ": no train images were written, so mean/std cannot be computed");
+  s.end_split();
+  std::vector<float> stdev = train_std();
+  for (float& v : stdev) {
+    if (v < 1e-6f) {
+      DDPV_WARN(s.out, ": a channel of the train split is constant; its std is stored as 1");
+      v = 1.0f;
+    }
+  }
+  const hid_t root = s.file.get();
+  h5::write_attr_string(root, "format", kStoreFormat);
+  h5::write_attr_i64(root, "format_version", kStoreFormatVersion);
+  h5::write_attr_i64(root, "num_classes", static_cast<int64_t>(s.class_names.size()));
+  h5::write_attr_strings(root, "class_names", s.class_names);
+  h5::write_attr_i64(root, "height", s.height);
+  h5::write_attr_i64(root, "width", s.width);
+  h5::write_attr_i64(root, "channels", s.channels);
+  h5::write_attr_f32s(root, "mean", train_mean());
+  h5::write_attr_f32s(root, "std", stdev);
+  h5::write_attr_string(root, "source", s.source);
+  DDPV_HDF5_CHECK(H5Fflush(root, H5F_SCOPE_GLOBAL), s.tmp, ": flush failed (disk full?)");
+  s.file.close(s.tmp);
+  std::error_code ec;
+  std::filesystem::rename(s.tmp, s.out, ec);
+  if (ec) {
+    std::filesystem::remove(s.tmp, ec);
+    DDPV_FAIL("cannot rename ", s.tmp, " to ", s.out, ": ", ec.message());
+  }
+}
+
+}  // namespace ddpv

@@ -1,0 +1,351 @@
+// Loader and augmentation: naive-loop reference, determinism, world-size independence, resume.
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
+
+#include "ddpv/data/loader.hpp"
+#include "ddpv/data/store_writer.hpp"
+#include "support/test_support.hpp"
+
+namespace ddpv {
+namespace {
+
+constexpr int kH = 8, kW = 6, kC = 3, kClasses = 5;
+
+// A store of n random images; returns its images for reference.
+std::vector<uint8_t> make_store(const std::string& path, int64_t n) {
+  std::mt19937 gen(42);
+  std::vector<uint8_t> images(static_cast<size_t>(n * kH * kW * kC));
+  for (auto& v : images) v = static_cast<uint8_t>(gen() & 0xff);
+  std::vector<int32_t> labels;
+  for (int64_t i = 0; i < n; ++i) labels.push_back(static_cast<int32_t>(i % kClasses));
+  StoreWriter w(path, kH, kW, kC, {"a", "b", "c", "d", "e"}, "test", {.chunk_images = 4});
+  w.begin_split("train");
+  w.append(images.data(), labels.data(), n);
+  w.commit();
+  return images;
+}
+
+// LoaderOptions from "field=value" pieces (designated initialisers would have to name every
+// field before the last one given, -Wmissing-field-initializers).
+template <typename F>
+LoaderOptions opts(F&& set) {
+  LoaderOptions o;
+  set(o);
+  return o;
+}
+
+// Pads with zeros, crops at (dy, dx), flips, normalises: the textbook order of operations.
+std::vector<float> naive_augment(const uint8_t* src, int h, int w, int c, int pad,
+                                 const AugmentDraw& d, const std::vector<float>& mean,
+                                 const std::vector<float>& stdev) {
+  const int ph = h + 2 * pad, pw = w + 2 * pad;
+  std::vector<int> padded(static_cast<size_t>(ph * pw * c), 0);
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      for (int k = 0; k < c; ++k)
+        padded[static_cast<size_t>(((y + pad) * pw + x + pad) * c + k)] = src[(y * w + x) * c + k];
+  std::vector<float> out(static_cast<size_t>(h * w * c));
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      for (int k = 0; k < c; ++k) {
+        const int cx = d.flip ? w - 1 - x : x;
+        const int v = padded[static_cast<size_t>(((y + d.dy) * pw + cx + d.dx) * c + k)];
+        out[static_cast<size_t>((y * w + x) * c + k)] = static_cast<float>(
+            (v / 255.0 - mean[static_cast<size_t>(k)]) / stdev[static_cast<size_t>(k)]);
+      }
+  return out;
+}
+
+TEST(DataAugment, MatchesNaivePadCropFlipNormalise) {
+  std::mt19937 gen(1);
+  std::vector<uint8_t> img(kH * kW * kC);
+  for (auto& v : img) v = static_cast<uint8_t>(gen() & 0xff);
+  const std::vector<float> mean{0.1f, 0.5f, 0.9f}, stdev{0.2f, 0.3f, 0.7f};
+  std::vector<float> inv;
+  for (float s : stdev) inv.push_back(1.0f / s);
+  AugmentOptions opt{.crop = true, .pad = 3, .flip = true};
+  std::set<std::pair<int, int>> offsets;
+  int flips = 0;
+  for (int64_t sample = 0; sample < 200; ++sample) {
+    const AugmentDraw d = draw_augmentation(opt, 9, 2, sample);
+    ASSERT_GE(d.dy, 0);
+    ASSERT_LE(d.dy, 6);
+    ASSERT_GE(d.dx, 0);
+    ASSERT_LE(d.dx, 6);
+    offsets.insert({d.dy, d.dx});
+    flips += d.flip;
+    std::vector<float> got(img.size());
+    augment_normalize(img.data(), kH, kW, kC, opt.pad, d, mean.data(), inv.data(), got.data());
+    EXPECT_LT(
+        test::max_rel_error(got, naive_augment(img.data(), kH, kW, kC, opt.pad, d, mean, stdev)),
+        1e-4);
+  }
+  EXPECT_GT(offsets.size(), 30u);  // 49 possible offsets
+  EXPECT_GT(flips, 60);
+  EXPECT_LT(flips, 140);
+  // Draws depend on (seed, epoch, sample) only.
+  const AugmentDraw a = draw_augmentation(opt, 9, 2, 17), b = draw_augmentation(opt, 9, 2, 17);
+  EXPECT_TRUE(a.dy == b.dy && a.dx == b.dx && a.flip == b.flip);
+  int differ = 0;
+  for (int64_t s = 0; s < 50; ++s) {
+    const AugmentDraw x = draw_augmentation(opt, 9, 2, s), y = draw_augmentation(opt, 9, 3, s);
+    differ += x.dy != y.dy || x.dx != y.dx || x.flip != y.flip;
+  }
+  EXPECT_GT(differ, 25);
+}
+
+// Every batch of one epoch: sample index -> its float pixels, plus the labels seen.
+struct Epoch {
+  std::vector<std::vector<float>> batches;
+  std::vector<int64_t> sizes;
+  std::vector<int32_t> labels;
+};
+
+Epoch run_epoch(Loader& loader, int64_t epoch, int64_t start_step = 0) {
+  Epoch e;
+  loader.start_epoch(epoch, start_step);
+  while (auto b = loader.next()) {
+    EXPECT_EQ(b->epoch, epoch);
+    EXPECT_EQ(b->step, start_step + static_cast<int64_t>(e.batches.size()));
+    const float* p = b->images.data<float>();
+    e.batches.emplace_back(p, p + b->images.numel());
+    e.sizes.push_back(b->size);
+    const int32_t* l = b->labels.data<int32_t>();
+    e.labels.insert(e.labels.end(), l, l + b->size);
+  }
+  return e;
+}
+
+TEST(DataLoader, WithoutAugmentationDeliversNormalisedSamplesInSamplerOrder) {
+  test::TempDir dir;
+  const auto images = make_store(dir.file("s.h5"), 23);
+  ImageStore store(dir.file("s.h5"));
+  Loader loader(store, opts([&](LoaderOptions& o) {
+                  o.batch_size = 5;
+                  o.seed = 3;
+                  o.augment = false;
+                }));
+  EXPECT_TRUE(loader.cached());
+  EXPECT_EQ(loader.steps_per_epoch(), 5);
+  const Epoch e = run_epoch(loader, 1);
+  EXPECT_EQ(e.sizes, (std::vector<int64_t>{5, 5, 5, 5, 3}));
+  DistributedSampler sampler(23, 1, 0, true, 3);
+  sampler.set_epoch(1);
+  const auto order = sampler.indices();
+  const size_t img = kH * kW * kC;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const auto& batch = e.batches[i / 5];
+    EXPECT_EQ(e.labels[i], order[i] % kClasses);
+    for (size_t k = 0; k < img; ++k) {
+      const size_t c = k % kC;
+      const double want =
+          (images[static_cast<size_t>(order[i]) * img + k] / 255.0 - store.mean()[c]) /
+          store.std()[c];
+      ASSERT_NEAR(batch[(i % 5) * img + k], want, 1e-5);
+    }
+  }
+  EXPECT_FALSE(loader.next().has_value()) << "after the end marker, next() stays empty";
+}
+
+TEST(DataLoader, SameSeedSameBytesDifferentSeedDifferentBytesCachedOrNot) {
+  test::TempDir dir;
+  make_store(dir.file("s.h5"), 40);
+  ImageStore store(dir.file("s.h5"));
+  Loader a(store, opts([&](LoaderOptions& o) {
+             o.batch_size = 8;
+             o.seed = 5;
+           }));
+  Loader b(store, opts([&](LoaderOptions& o) {
+             o.batch_size = 8;
+             o.seed = 5;
+             o.prefetch = 1;
+             o.cache_mb = 0;
+           }));
+  Loader c(store, opts([&](LoaderOptions& o) {
+             o.batch_size = 8;
+             o.seed = 6;
+           }));
+  EXPECT_FALSE(b.cached());
+  for (int64_t epoch : {0, 1}) {
+    const Epoch ea = run_epoch(a, epoch), eb = run_epoch(b, epoch), ec = run_epoch(c, epoch);
+    EXPECT_EQ(ea.batches, eb.batches);
+    EXPECT_EQ(ea.labels, eb.labels);
+    EXPECT_NE(ea.batches, ec.batches);
+  }
+}
+
+// Note [Augmentation keys]: each sample is augmented the same at world size 1 and 2.
+TEST(DataLoader, AugmentedSampleIsTheSameWhateverTheWorldSize) {
+  test::TempDir dir;
+  make_store(dir.file("s.h5"), 30);
+  ImageStore store(dir.file("s.h5"));
+  const size_t img = kH * kW * kC;
+  auto collect = [&](int world, int rank, std::map<int64_t, std::vector<float>>& out) {
+    Loader loader(store, opts([&](LoaderOptions& o) {
+                    o.batch_size = 4;
+                    o.rank = rank;
+                    o.world_size = world;
+                    o.seed = 8;
+                  }));
+    DistributedSampler sampler(30, world, rank, true, 8);
+    sampler.set_epoch(2);
+    const auto order = sampler.indices();
+    const Epoch e = run_epoch(loader, 2);
+    for (size_t i = 0; i < order.size(); ++i) {
+      const float* p = e.batches[i / 4].data() + (i % 4) * img;
+      out[order[i]] = std::vector<float>(p, p + img);
+    }
+  };
+  std::map<int64_t, std::vector<float>> one, two;
+  collect(1, 0, one);
+  collect(2, 0, two);
+  collect(2, 1, two);
+  ASSERT_EQ(one.size(), 30u);
+  EXPECT_EQ(one, two);
+}
+
+TEST(DataLoader, ResumeAtAStepEqualsTheTailOfTheFullEpoch) {
+  test::TempDir dir;
+  make_store(dir.file("s.h5"), 50);
+  ImageStore store(dir.file("s.h5"));
+  Loader loader(store, opts([&](LoaderOptions& o) {
+                  o.batch_size = 6;
+                  o.seed = 2;
+                  o.prefetch = 2;
+                }));
+  const Epoch full = run_epoch(loader, 3);
+  const Epoch tail = run_epoch(loader, 3, 4);
+  ASSERT_EQ(tail.batches.size(), full.batches.size() - 4);
+  for (size_t i = 0; i < tail.batches.size(); ++i) EXPECT_EQ(tail.batches[i], full.batches[i + 4]);
+  // Restarting in the middle of an epoch drops what was queued.
+  loader.start_epoch(0);
+  ASSERT_TRUE(loader.next().has_value());
+  const Epoch again = run_epoch(loader, 3);
+  EXPECT_EQ(again.batches, full.batches);
+}
+
+TEST(DataLoader, UnpaddedEvaluationSeesEverySampleOnce) {
+  test::TempDir dir;
+  make_store(dir.file("s.h5"), 23);
+  ImageStore store(dir.file("s.h5"));
+  std::multiset<int32_t> labels;
+  int64_t total = 0;
+  for (int r = 0; r < 3; ++r) {
+    Loader loader(store, opts([&](LoaderOptions& o) {
+                    o.batch_size = 4;
+                    o.rank = r;
+                    o.world_size = 3;
+                    o.shuffle = false;
+                    o.unpadded = true;
+                    o.augment = false;
+                  }));
+    const Epoch e = run_epoch(loader, 0);
+    EXPECT_EQ(static_cast<int64_t>(e.labels.size()), loader.samples_per_epoch());
+    total += loader.samples_per_epoch();
+    labels.insert(e.labels.begin(), e.labels.end());
+  }
+  EXPECT_EQ(total, 23);
+  for (int c = 0; c < kClasses; ++c) EXPECT_EQ(labels.count(c), c < 3 ? 5u : 4u);
+}
+
+class CountingAllocator : public Allocator {
+ public:
+  Device device() const override { return Device::kCpu; }
+  void* allocate(size_t bytes) override {
+    ++live;
+    void* p = host_allocator()->allocate(bytes);
+    blocks.push_back({static_cast<char*>(p), bytes});
+    return p;
+  }
+  void deallocate(void* p, size_t bytes) noexcept override {
+    --live;
+    host_allocator()->deallocate(p, bytes);
+  }
+  bool owns(const void* p) const {
+    for (auto [b, n] : blocks)
+      if (p >= b && p < b + n) return true;
+    return false;
+  }
+  int live = 0;
+  std::vector<std::pair<char*, size_t>> blocks;
+};
+
+TEST(DataLoader, BatchesLiveInTheGivenAllocatorsMemoryAndOutliveTheLoader) {
+  test::TempDir dir;
+  make_store(dir.file("s.h5"), 20);
+  ImageStore store(dir.file("s.h5"));
+  CountingAllocator alloc;
+  std::optional<Batch> kept;
+  {
+    Loader loader(store, opts([&](LoaderOptions& o) {
+                    o.batch_size = 4;
+                    o.prefetch = 2;
+                    o.allocator = &alloc;
+                  }));
+    EXPECT_EQ(alloc.live, 8);  // (prefetch + 2) slots of images and labels
+    loader.start_epoch(0);
+    kept = loader.next();
+    ASSERT_TRUE(kept.has_value());
+    EXPECT_TRUE(alloc.owns(kept->images.raw()));
+    EXPECT_TRUE(alloc.owns(kept->labels.raw()));
+  }
+  EXPECT_EQ(alloc.live, 8) << "a held batch keeps the pool alive";
+  EXPECT_EQ(kept->images.shape(), (Shape{4, kH, kW, kC}));
+  kept.reset();
+  EXPECT_EQ(alloc.live, 0);
+}
+
+}  // namespace
+}  // namespace ddpv
+
+namespace ddpv {
+namespace {
+
+// A checksum failure in the loader thread reaches the consumer as an exception from next().
+TEST(DataLoader, ReadErrorInTheThreadIsRethrownByNext) {
+  test::TempDir dir;
+  const std::string path = dir.file("s.h5");
+  {
+    std::vector<uint8_t> images(64 * kH * kW * kC, 0xab);
+    std::vector<int32_t> labels(64, 1);
+    StoreWriterOptions wo;
+    wo.chunk_images = 8;
+    wo.checksum = true;
+    StoreWriter w(path, kH, kW, kC, {"a", "b"}, "test", wo);
+    w.begin_split("train");
+    w.append(images.data(), labels.data(), 64);
+    w.commit();
+  }
+  {  // flip one byte inside the first run of image bytes: that chunk's fletcher32 no longer holds
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    std::vector<char> bytes((std::istreambuf_iterator<char>(f)), {});
+    const std::string run(kH * kW * kC, static_cast<char>(0xab));
+    const size_t at = std::string(bytes.begin(), bytes.end()).find(run);
+    ASSERT_NE(at, std::string::npos);
+    f.seekp(static_cast<std::streamoff>(at + 5));
+    f.put(0x00);
+  }
+  ImageStore store(path);
+  LoaderOptions o;
+  o.batch_size = 64;
+  o.cache_mb = 0;
+  o.shuffle = false;
+  Loader loader(store, o);
+  loader.start_epoch(0);
+  try {
+    loader.next();
+    FAIL() << "a corrupt chunk was read without error";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("cannot read"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find(path), std::string::npos) << e.message();
+  }
+  // A cached loader reads the whole split up front, so the same fault surfaces at construction.
+  o.cache_mb = 2048;
+  EXPECT_THROW(Loader(store, o), Error);
+}
+
+}  // namespace
+}  // namespace ddpv
