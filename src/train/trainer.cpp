@@ -60,6 +60,7 @@ void Trainer::Impl::build_model() {
   } else {
     comm = make_communicator(world, *backend);
   }
+  comm->set_timeout(o.comm_timeout);  // the CUDA watchdog; MPI collectives have none
   GradReducerOptions ro;
   ro.overlap = !o.no_overlap;
   reducer = std::make_unique<GradReducer>(BucketPlan(model->params(), o.bucket_mb), *comm,
@@ -116,6 +117,7 @@ void Trainer::Impl::throw_diverged(const std::string& what) const {
 void Trainer::Impl::train_step() {
   double loss_sum = 0, correct = 0, samples = 0;
   bool finite = true;
+  comm->set_step(step);  // named by the watchdog when a collective hangs
   for (int k = 0; k < o.accum_steps; ++k) {
     const auto t_data = Clock::now();
     held = train_source->next();  // kept alive until the next step: see `held`

@@ -1,0 +1,111 @@
+// BatchNorm on cuDNN, NHWC fp32 in every precision: training forward (batch statistics, running
+// statistics updated as PyTorch does), inference forward, and backward.
+#include <memory>
+
+#include "backend/cuda/cuda_context.hpp"
+#include "backend/cuda/cuda_ops.hpp"
+#include "ddpv/core/log.hpp"
+
+namespace ddpv::cuda {
+namespace {
+
+// Note [BatchNorm on cuDNN]:
+//  - Running statistics: cuDNN computes running = (1 - f) * running + f * batch with
+//    f = exponentialAverageFactor, and uses the unbiased (N - 1) batch variance for the
+//    running variance; with f = momentum this is exactly PyTorch's update (PyTorch's own CUDA
+//    path calls the same function). The GPU-vs-CPU parity test checks it.
+//  - Mode: CUDNN_BATCHNORM_SPATIAL_PERSISTENT is the fast NHWC kernel (what PyTorch uses for
+//    channels_last training). When cuDNN declines it for a shape (any failure status), the op
+//    falls back to CUDNN_BATCHNORM_SPATIAL for good (a genuine error then fails there too);
+//    forward and backward always use the same mode.
+//    Inference always uses SPATIAL (PERSISTENT is a training-only mode).
+//  - BatchNorm stays fp32 under --precision bf16, as PyTorch's autocast keeps it.
+class CudaBatchNorm final : public BatchNormOp {
+ public:
+  CudaBatchNorm(std::shared_ptr<CudaContext> ctx, const BatchNormConfig& cfg)
+      : ctx_(std::move(ctx)),
+        cfg_(cfg),
+        saved_mean_(sizeof(float) * cfg.channels),
+        saved_inv_var_(sizeof(float) * cfg.channels) {
+    DDPV_CHECK(cfg.channels > 0 && cfg.h > 0 && cfg.w > 0,
+               "batchnorm2d: invalid configuration (channels ", cfg.channels, ", ", cfg.h, "x",
+               cfg.w, ")");
+    DDPV_CHECK(cfg.eps > 0 && cfg.eps >= CUDNN_BN_MIN_EPSILON,
+               "batchnorm2d: eps must be positive, got ", cfg.eps);
+    DDPV_CHECK(cfg.momentum >= 0 && cfg.momentum <= 1,
+               "batchnorm2d: momentum must lie in [0, 1], got ", cfg.momentum);
+  }
+
+  void forward_train(int n, const float* x, const float* gamma, const float* beta, float* y,
+                     float* running_mean, float* running_var) override {
+    set_batch(n);
+    DDPV_CHECK(int64_t{n} * cfg_.h * cfg_.w > 1,
+               "batchnorm2d: training needs more than one value per channel, got batch ", n, " of ",
+               cfg_.h, "x", cfg_.w, "; use a larger batch");
+    const float one = 1.0f, zero = 0.0f;
+    auto run = [&](cudnnBatchNormMode_t mode) {
+      return cudnnBatchNormalizationForwardTraining(
+          ctx_->cudnn(), mode, &one, &zero, x_desc_.get(), x, x_desc_.get(), y, bn_desc_.get(),
+          gamma, beta, static_cast<double>(cfg_.momentum), running_mean, running_var,
+          static_cast<double>(cfg_.eps), saved_mean_.get(), saved_inv_var_.get());
+    };
+    cudnnStatus_t status = run(mode_);
+    if (status != CUDNN_STATUS_SUCCESS && mode_ == CUDNN_BATCHNORM_SPATIAL_PERSISTENT) {
+      DDPV_DEBUG("cuda batchnorm: persistent mode refused (", cudnnGetErrorString(status),
+                 ") for C=", cfg_.channels, " ", cfg_.h, "x", cfg_.w, ", using spatial mode");
+      mode_ = CUDNN_BATCHNORM_SPATIAL;
+      status = run(mode_);
+    }
+    DDPV_CUDNN_CHECK(status);
+    trained_n_ = n;
+  }
+
+  void forward_infer(int n, const float* x, const float* gamma, const float* beta,
+                     const float* running_mean, const float* running_var, float* y) override {
+    set_batch(n);
+    const float one = 1.0f, zero = 0.0f;
+    DDPV_CUDNN_CHECK(cudnnBatchNormalizationForwardInference(
+        ctx_->cudnn(), CUDNN_BATCHNORM_SPATIAL, &one, &zero, x_desc_.get(), x, x_desc_.get(), y,
+        bn_desc_.get(), gamma, beta, running_mean, running_var, static_cast<double>(cfg_.eps)));
+  }
+
+  void backward(int n, const float* x, const float* gamma, const float* dy, float* dx,
+                float* dgamma, float* dbeta, bool accumulate) override {
+    DDPV_CHECK(n == trained_n_, "batchnorm2d: backward of batch ", n,
+               " does not follow a forward_train of that batch (last was ", trained_n_, ")");
+    set_batch(n);
+    const float one = 1.0f, zero = 0.0f;
+    DDPV_CUDNN_CHECK(cudnnBatchNormalizationBackward(
+        ctx_->cudnn(), mode_, &one, &zero, &one, accumulate ? &one : &zero, x_desc_.get(), x,
+        x_desc_.get(), dy, x_desc_.get(), dx, bn_desc_.get(), gamma, dgamma, dbeta,
+        static_cast<double>(cfg_.eps), saved_mean_.get(), saved_inv_var_.get()));
+  }
+
+ private:
+  void set_batch(int n) {
+    DDPV_CHECK(n > 0, "batchnorm2d: batch size must be positive, got ", n);
+    if (n == n_) return;
+    DDPV_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x_desc_.get(), CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT,
+                                                n, cfg_.channels, cfg_.h, cfg_.w));
+    // The derived (1, C, 1, 1) descriptor is the same for the spatial modes.
+    DDPV_CUDNN_CHECK(
+        cudnnDeriveBNTensorDescriptor(bn_desc_.get(), x_desc_.get(), CUDNN_BATCHNORM_SPATIAL));
+    n_ = n;
+  }
+
+  std::shared_ptr<CudaContext> ctx_;
+  BatchNormConfig cfg_;
+  TensorDesc x_desc_, bn_desc_;
+  DeviceMemory saved_mean_, saved_inv_var_;  // (C): kept by forward_train for backward
+  cudnnBatchNormMode_t mode_ = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+  int n_ = -1, trained_n_ = -1;
+};
+
+}  // namespace
+
+std::unique_ptr<BatchNormOp> make_batchnorm2d(std::shared_ptr<CudaContext> ctx,
+                                              const BatchNormConfig& cfg) {
+  return std::make_unique<CudaBatchNorm>(std::move(ctx), cfg);
+}
+
+}  // namespace ddpv::cuda

@@ -1,0 +1,238 @@
+// The CUDA backend's own kernels: elementwise ops, casts and filter layouts, bias and the fused
+// SGD update. Launchers are declared in cuda_kernels.hpp.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "backend/cuda/cuda_kernel_util.cuh"
+#include "backend/cuda/cuda_kernels.hpp"
+
+namespace ddpv::cuda {
+namespace {
+
+__global__ void fill_kernel(int64_t count, float value, float* y) {
+  DDPV_GRID_STRIDE(i, count) y[i] = value;
+}
+__global__ void scale_kernel(int64_t count, float alpha, float* y) {
+  DDPV_GRID_STRIDE(i, count) y[i] *= alpha;
+}
+__global__ void add_kernel(int64_t count, const float* a, const float* b, float* y) {
+  DDPV_GRID_STRIDE(i, count) y[i] = a[i] + b[i];
+}
+// NaN propagates (as in oneDNN), so a diverged run is still seen by all_finite.
+__global__ void relu_forward_kernel(int64_t count, const float* x, float* y) {
+  DDPV_GRID_STRIDE(i, count) {
+    const float v = x[i];
+    y[i] = (v > 0.0f || v != v) ? v : 0.0f;
+  }
+}
+__global__ void relu_backward_kernel(int64_t count, const float* y, const float* dy, float* dx) {
+  DDPV_GRID_STRIDE(i, count) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+__global__ void nonfinite_kernel(int64_t count, const float* x, int* flag) {
+  DDPV_GRID_STRIDE(i, count) {
+    if (!isfinite(x[i])) *flag = 1;  // every writer writes the same value: a benign race
+  }
+}
+
+// Four elements per thread when the buffers allow it: casts sit on the bf16 hot path.
+__global__ void f32_to_bf16_kernel4(int64_t count4, const float4* x, __nv_bfloat162* y) {
+  DDPV_GRID_STRIDE(i, count4) {
+    const float4 v = x[i];
+    y[2 * i] = __floats2bfloat162_rn(v.x, v.y);
+    y[2 * i + 1] = __floats2bfloat162_rn(v.z, v.w);
+  }
+}
+__global__ void f32_to_bf16_kernel(int64_t count, const float* x, __nv_bfloat16* y) {
+  DDPV_GRID_STRIDE(i, count) y[i] = __float2bfloat16_rn(x[i]);
+}
+__global__ void bf16_to_f32_kernel4(int64_t count4, const __nv_bfloat162* x, float4* y) {
+  DDPV_GRID_STRIDE(i, count4) {
+    const float2 a = __bfloat1622float2(x[2 * i]);
+    const float2 b = __bfloat1622float2(x[2 * i + 1]);
+    y[i] = make_float4(a.x, a.y, b.x, b.y);
+  }
+}
+__global__ void bf16_to_f32_kernel(int64_t count, const __nv_bfloat16* x, float* y) {
+  DDPV_GRID_STRIDE(i, count) y[i] = __bfloat162float(x[i]);
+}
+
+template <typename Out>
+__global__ void oihw_to_ohwi_kernel(int o, int ci, int kk, const float* w, Out* out) {
+  const int64_t total = static_cast<int64_t>(o) * ci * kk;
+  DDPV_GRID_STRIDE(idx, total) {
+    const int64_t oo = idx / (static_cast<int64_t>(kk) * ci);
+    const int64_t r = idx % (static_cast<int64_t>(kk) * ci);
+    const int64_t s = r / ci, i = r % ci;
+    out[idx] = static_cast<Out>(w[(oo * ci + i) * kk + s]);
+  }
+}
+template <typename In>
+__global__ void ohwi_to_oihw_kernel(int o, int ci, int kk, const In* w, float* out,
+                                    bool accumulate) {
+  const int64_t total = static_cast<int64_t>(o) * ci * kk;
+  DDPV_GRID_STRIDE(idx, total) {
+    const int64_t oo = idx / (static_cast<int64_t>(ci) * kk);
+    const int64_t r = idx % (static_cast<int64_t>(ci) * kk);
+    const int64_t i = r / kk, s = r % kk;
+    const float v = static_cast<float>(w[(oo * kk + s) * ci + i]);
+    out[idx] = accumulate ? out[idx] + v : v;
+  }
+}
+
+__global__ void transpose_last2_kernel(int64_t b, int64_t r, int64_t c, const float* x, float* y) {
+  DDPV_GRID_STRIDE(idx, b * r * c) {  // idx walks y: (B, C, R)
+    const int64_t i = idx % r, j = idx / r % c, k = idx / (r * c);
+    y[idx] = x[(k * r + i) * c + j];
+  }
+}
+
+__global__ void add_bias_kernel(int64_t rows, int cols, const float* b, float* y) {
+  DDPV_GRID_STRIDE(idx, rows * cols) y[idx] += b[idx % cols];
+}
+// One block per 32 columns, 32 x 32 threads, rows summed in a fixed order: deterministic.
+__global__ void bias_grad_kernel(int64_t rows, int cols, const float* dy, float* db,
+                                 bool accumulate) {
+  __shared__ float part[32][33];
+  const int col = blockIdx.x * 32 + threadIdx.x;
+  float sum = 0.0f;
+  if (col < cols) {
+    for (int64_t r = threadIdx.y; r < rows; r += 32) sum += dy[r * cols + col];
+  }
+  part[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < cols) {
+    float total = 0.0f;
+    for (int j = 0; j < 32; ++j) total += part[j][threadIdx.x];
+    db[col] = accumulate ? db[col] + total : total;
+  }
+}
+
+// ---- SGD ------------------------------------------------------------------------------------
+__device__ bool in_ranges(int64_t i, const int64_t* ranges, int num) {
+  int lo = 0, hi = num - 1;  // last range whose begin <= i
+  while (lo <= hi) {
+    const int mid = (lo + hi) / 2;
+    if (ranges[2 * mid] <= i) {
+      lo = mid + 1;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return hi >= 0 && i < ranges[2 * hi + 1];
+}
+// PyTorch's SGD (Note [Fused SGD] in the CPU backend); with no momentum buffer, d = g.
+__global__ void sgd_kernel(SgdArgs a, const int64_t* ranges, int num_ranges, int64_t count,
+                           float* param, const float* grad, float* momentum) {
+  DDPV_GRID_STRIDE(i, count) {
+    const float p = param[i];
+    const float wd = in_ranges(i, ranges, num_ranges) ? a.weight_decay : 0.0f;
+    const float g = a.grad_scale * grad[i] + wd * p;
+    if (momentum == nullptr) {
+      param[i] = p - a.lr * g;
+      continue;
+    }
+    const float m = a.momentum * momentum[i] + g;
+    momentum[i] = m;
+    param[i] = p - a.lr * (a.nesterov ? g + a.momentum * m : m);
+  }
+}
+
+bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+}  // namespace
+
+// ---- launchers ------------------------------------------------------------------------------
+cudaError_t fill(int64_t count, float value, float* y, cudaStream_t st) {
+  fill_kernel<<<blocks_for(count), kThreads, 0, st>>>(count, value, y);
+  return cudaGetLastError();
+}
+cudaError_t scale(int64_t count, float alpha, float* y, cudaStream_t st) {
+  scale_kernel<<<blocks_for(count), kThreads, 0, st>>>(count, alpha, y);
+  return cudaGetLastError();
+}
+cudaError_t add(int64_t count, const float* a, const float* b, float* y, cudaStream_t st) {
+  add_kernel<<<blocks_for(count), kThreads, 0, st>>>(count, a, b, y);
+  return cudaGetLastError();
+}
+cudaError_t relu_forward(int64_t count, const float* x, float* y, cudaStream_t st) {
+  relu_forward_kernel<<<blocks_for(count), kThreads, 0, st>>>(count, x, y);
+  return cudaGetLastError();
+}
+cudaError_t relu_backward(int64_t count, const float* y, const float* dy, float* dx,
+                          cudaStream_t st) {
+  relu_backward_kernel<<<blocks_for(count), kThreads, 0, st>>>(count, y, dy, dx);
+  return cudaGetLastError();
+}
+cudaError_t flag_nonfinite(int64_t count, const float* x, int* flag, cudaStream_t st) {
+  nonfinite_kernel<<<blocks_for(count), kThreads, 0, st>>>(count, x, flag);
+  return cudaGetLastError();
+}
+
+cudaError_t f32_to_bf16(int64_t count, const float* x, void* y, cudaStream_t st) {
+  if (count % 4 == 0 && aligned(x, 16) && aligned(y, 8)) {
+    f32_to_bf16_kernel4<<<blocks_for(count / 4), kThreads, 0, st>>>(
+        count / 4, reinterpret_cast<const float4*>(x), static_cast<__nv_bfloat162*>(y));
+  } else {
+    f32_to_bf16_kernel<<<blocks_for(count), kThreads, 0, st>>>(count, x,
+                                                               static_cast<__nv_bfloat16*>(y));
+  }
+  return cudaGetLastError();
+}
+cudaError_t bf16_to_f32(int64_t count, const void* x, float* y, cudaStream_t st) {
+  if (count % 4 == 0 && aligned(x, 8) && aligned(y, 16)) {
+    bf16_to_f32_kernel4<<<blocks_for(count / 4), kThreads, 0, st>>>(
+        count / 4, static_cast<const __nv_bfloat162*>(x), reinterpret_cast<float4*>(y));
+  } else {
+    bf16_to_f32_kernel<<<blocks_for(count), kThreads, 0, st>>>(
+        count, static_cast<const __nv_bfloat16*>(x), y);
+  }
+  return cudaGetLastError();
+}
+cudaError_t oihw_to_ohwi(int o, int i, int kk, const float* w, void* out, bool to_bf16,
+                         cudaStream_t st) {
+  const unsigned blocks = blocks_for(static_cast<int64_t>(o) * i * kk);
+  if (to_bf16) {
+    oihw_to_ohwi_kernel<<<blocks, kThreads, 0, st>>>(o, i, kk, w, static_cast<__nv_bfloat16*>(out));
+  } else {
+    oihw_to_ohwi_kernel<<<blocks, kThreads, 0, st>>>(o, i, kk, w, static_cast<float*>(out));
+  }
+  return cudaGetLastError();
+}
+cudaError_t ohwi_to_oihw(int o, int i, int kk, const void* w, bool from_bf16, float* out,
+                         bool accumulate, cudaStream_t st) {
+  const unsigned blocks = blocks_for(static_cast<int64_t>(o) * i * kk);
+  if (from_bf16) {
+    ohwi_to_oihw_kernel<<<blocks, kThreads, 0, st>>>(o, i, kk, static_cast<const __nv_bfloat16*>(w),
+                                                     out, accumulate);
+  } else {
+    ohwi_to_oihw_kernel<<<blocks, kThreads, 0, st>>>(o, i, kk, static_cast<const float*>(w), out,
+                                                     accumulate);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t transpose_last2(int64_t b, int64_t r, int64_t c, const float* x, float* y,
+                            cudaStream_t st) {
+  transpose_last2_kernel<<<blocks_for(b * r * c), kThreads, 0, st>>>(b, r, c, x, y);
+  return cudaGetLastError();
+}
+
+cudaError_t add_bias(int64_t rows, int cols, const float* b, float* y, cudaStream_t st) {
+  add_bias_kernel<<<blocks_for(rows * cols), kThreads, 0, st>>>(rows, cols, b, y);
+  return cudaGetLastError();
+}
+cudaError_t bias_grad(int64_t rows, int cols, const float* dy, float* db, bool accumulate,
+                      cudaStream_t st) {
+  bias_grad_kernel<<<(cols + 31) / 32, dim3(32, 32), 0, st>>>(rows, cols, dy, db, accumulate);
+  return cudaGetLastError();
+}
+
+cudaError_t sgd_update(const SgdArgs& a, const int64_t* decay_ranges, int num_ranges, int64_t count,
+                       float* param, const float* grad, float* momentum, cudaStream_t st) {
+  sgd_kernel<<<blocks_for(count), kThreads, 0, st>>>(a, decay_ranges, num_ranges, count, param,
+                                                     grad, momentum);
+  return cudaGetLastError();
+}
+
+}  // namespace ddpv::cuda

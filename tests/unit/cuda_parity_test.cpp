@@ -1,0 +1,279 @@
+// GPU against CPU: every op of the CUDA backend, and one whole training step of a model, give
+// the CPU backend's results, in fp32 and in bf16 (cases skip visibly without a GPU).
+//
+// Error measure: max_i |gpu_i - cpu_i| / max(|cpu_i|, f * max_j |cpu_j|): relative error, with
+// entries far below the tensor's scale compared against f times that scale instead.
+//  - fp32: f = 0.01, tolerance 1e-3, for every op and for a whole model step.
+//  - bf16 (conv and linear inputs rounded to 8 significant bits, fp32 accumulation): a sum of
+//    K rounded products carries an absolute error of about 2^-9 of the result's scale, so the
+//    measure is taken relative to the scale (f = 1): 2e-2 for one op, 1e-1 for a whole model
+//    step (the rounding of 20 layers compounds), 3e-2 for BatchNorm statistics computed from
+//    bf16 convolution outputs. BatchNorm, pooling and the loss themselves are fp32 in both.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "ddpv/nn/model.hpp"
+#include "op_check.hpp"
+
+namespace ddpv::test {
+namespace {
+
+struct Tol {
+  double floor_frac;  // f above
+  double max_error;
+};
+constexpr Tol kF32{1e-2, 1e-3};
+
+double scaled_error(const std::vector<float>& got, const std::vector<float>& want,
+                    double floor_frac) {
+  EXPECT_EQ(got.size(), want.size());
+  double scale = 0;
+  for (float w : want) scale = std::max(scale, std::abs(static_cast<double>(w)));
+  const double floor = std::max(floor_frac * scale, 1e-30);
+  double worst = 0;
+  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
+    const double e = std::abs(static_cast<double>(got[i]) - want[i]) /
+                     std::max(std::abs(static_cast<double>(want[i])), floor);
+    worst = std::max(worst, std::isnan(e) ? INFINITY : e);
+  }
+  return worst;
+}
+
+class CudaParity : public ::testing::TestWithParam<Precision> {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible: GPU case skipped";
+    BackendOptions opt;
+    opt.threads = 1;
+    cpu_ = make_backend(opt);  // the reference is always the fp32 CPU backend
+    opt.device = Device::kCuda;
+    opt.precision = GetParam();
+    gpu_ = make_backend(opt);
+  }
+  bool bf16() const { return GetParam() == Precision::kBF16; }
+  Tol op_tol() const { return bf16() ? Tol{1.0, 2e-2} : kF32; }
+  Tol model_tol() const { return bf16() ? Tol{1.0, 1e-1} : kF32; }
+  Tol stats_tol() const { return bf16() ? Tol{1.0, 3e-2} : kF32; }
+  static constexpr Tol kF32Tol = kF32;  // ops that are fp32 in every precision
+  std::vector<Backend*> both() { return {cpu_.get(), gpu_.get()}; }
+
+  std::unique_ptr<Backend> cpu_, gpu_;
+};
+
+#define EXPECT_MATCH(got, want, tol, what) \
+  EXPECT_LE(scaled_error(got, want, (tol).floor_frac), (tol).max_error) << what
+
+TEST_P(CudaParity, Conv2d) {
+  struct Case {
+    int n, cin, cout, h, w, k, s, p;
+    bool bias;
+  };
+  const Case cases[] = {{4, 16, 32, 14, 14, 3, 1, 1, false},
+                        {4, 32, 64, 14, 14, 1, 2, 0, false},
+                        {2, 3, 16, 32, 32, 7, 2, 3, false},
+                        {3, 5, 7, 9, 9, 3, 2, 1, true}};
+  for (const Case& c : cases) {
+    Conv2dConfig cfg;
+    cfg.in_channels = c.cin;
+    cfg.out_channels = c.cout;
+    cfg.in_h = c.h;
+    cfg.in_w = c.w;
+    cfg.kernel = c.k;
+    cfg.stride = c.s;
+    cfg.padding = c.p;
+    cfg.bias = c.bias;
+    const size_t xn = size_t(c.n) * c.h * c.w * c.cin,
+                 yn = size_t(c.n) * cfg.out_h() * cfg.out_w() * c.cout,
+                 wn = size_t(c.cout) * c.cin * c.k * c.k;
+    const auto x = random_vector(xn, 1), w = random_vector(wn, 2), b = random_vector(c.cout, 3),
+               dy = random_vector(yn, 4), dw0 = random_vector(wn, 5),
+               db0 = random_vector(c.cout, 6);
+    std::vector<std::vector<float>> r[2];
+    int k = 0;
+    for (Backend* be : both()) {
+      auto op = be->conv2d(cfg);
+      DeviceBuffer dx_(be, x), dw_(be, w), db_(be, b), ddy(be, dy), y(be, yn), dx(be, xn),
+          gw(be, dw0), gb(be, db0);
+      op->forward(c.n, dx_.data(), dw_.data(), c.bias ? db_.data() : nullptr, y.data());
+      op->backward(c.n, dx_.data(), dw_.data(), ddy.data(), dx.data(), gw.data(),
+                   c.bias ? gb.data() : nullptr, /*accumulate=*/true);
+      r[k++] = {y.to_host(), dx.to_host(), gw.to_host(), gb.to_host()};
+    }
+    const std::string what = " conv n" + std::to_string(c.n) + " " + std::to_string(c.cin) + "->" +
+                             std::to_string(c.cout) + " k" + std::to_string(c.k) + " s" +
+                             std::to_string(c.s);
+    EXPECT_MATCH(r[1][0], r[0][0], op_tol(), "y" << what);
+    EXPECT_MATCH(r[1][1], r[0][1], op_tol(), "dx" << what);
+    EXPECT_MATCH(r[1][2], r[0][2], op_tol(), "dw (accumulated)" << what);
+    EXPECT_MATCH(r[1][3], r[0][3], kF32Tol, "db (accumulated)" << what);
+  }
+}
+
+TEST_P(CudaParity, BatchNorm) {
+  BatchNormConfig cfg;
+  cfg.channels = 24;
+  cfg.h = 7;
+  cfg.w = 5;
+  cfg.momentum = 0.1f;
+  const int n = 6;
+  const size_t xn = size_t(n) * cfg.h * cfg.w * cfg.channels, c = cfg.channels;
+  auto x = random_vector(xn, 11, -2.0f, 3.0f);
+  const auto gamma = random_vector(c, 12, 0.5f, 1.5f), beta = random_vector(c, 13),
+             rm0 = random_vector(c, 14), rv0 = random_vector(c, 15, 0.5f, 2.0f),
+             dy = random_vector(xn, 16), dg0 = random_vector(c, 17), db0 = random_vector(c, 18);
+  std::vector<std::vector<float>> r[2];
+  int k = 0;
+  for (Backend* be : both()) {
+    auto op = be->batchnorm2d(cfg);
+    DeviceBuffer dx_(be, x), g(be, gamma), bt(be, beta), rm(be, rm0), rv(be, rv0), y(be, xn),
+        yi(be, xn), ddy(be, dy), dx(be, xn), dg(be, dg0), dbt(be, db0);
+    op->forward_train(n, dx_.data(), g.data(), bt.data(), y.data(), rm.data(), rv.data());
+    op->backward(n, dx_.data(), g.data(), ddy.data(), dx.data(), dg.data(), dbt.data(), true);
+    op->forward_infer(n, dx_.data(), g.data(), bt.data(), rm.data(), rv.data(), yi.data());
+    r[k++] = {y.to_host(),  rm.to_host(), rv.to_host(), yi.to_host(),
+              dx.to_host(), dg.to_host(), dbt.to_host()};
+  }
+  const char* names[] = {"y (train)", "running_mean",         "running_var (unbiased)", "y (infer)",
+                         "dx",        "dgamma (accumulated)", "dbeta (accumulated)"};
+  for (int i = 0; i < 7; ++i) EXPECT_MATCH(r[1][i], r[0][i], kF32Tol, names[i]);
+}
+
+TEST_P(CudaParity, Pooling) {
+  struct Case {
+    PoolKind kind;
+    int k, s, p;
+    const char* name;
+  };
+  const Case cases[] = {{PoolKind::kMax, 3, 2, 1, "max 3/2/1"},
+                        {PoolKind::kMax, 2, 2, 0, "max 2/2/0"},
+                        {PoolKind::kAvg, 2, 2, 0, "avg 2/2/0"},
+                        {PoolKind::kAvg, 3, 1, 1, "avg 3/1/1"},
+                        {PoolKind::kGlobalAvg, 1, 1, 0, "global avg"}};
+  const int n = 3;
+  for (const Case& c : cases) {
+    Pool2dConfig cfg;
+    cfg.kind = c.kind;
+    cfg.channels = 10;
+    cfg.in_h = 11;
+    cfg.in_w = 9;
+    cfg.kernel = c.k;
+    cfg.stride = c.s;
+    cfg.padding = c.p;
+    const size_t xn = size_t(n) * 11 * 9 * 10, yn = size_t(n) * cfg.out_h() * cfg.out_w() * 10;
+    const auto x = random_vector(xn, 21), dy = random_vector(yn, 22);
+    std::vector<std::vector<float>> r[2];
+    int k = 0;
+    for (Backend* be : both()) {
+      auto op = be->pool2d(cfg);
+      DeviceBuffer dx_(be, x), y(be, yn), ddy(be, dy), dx(be, xn);
+      op->forward(n, dx_.data(), y.data());
+      op->backward(n, ddy.data(), dx.data());
+      r[k++] = {y.to_host(), dx.to_host()};
+    }
+    EXPECT_MATCH(r[1][0], r[0][0], kF32Tol, "y " << c.name);
+    EXPECT_MATCH(r[1][1], r[0][1], kF32Tol, "dx " << c.name);
+  }
+}
+
+TEST_P(CudaParity, Linear) {
+  for (bool bias : {true, false}) {
+    LinearConfig cfg;
+    cfg.in_features = 96;
+    cfg.out_features = 10;
+    cfg.bias = bias;
+    const int n = 8;
+    const auto x = random_vector(size_t(n) * 96, 31), w = random_vector(960, 32),
+               b = random_vector(10, 33), dy = random_vector(size_t(n) * 10, 34),
+               dw0 = random_vector(960, 35), db0 = random_vector(10, 36);
+    std::vector<std::vector<float>> r[2];
+    int k = 0;
+    for (Backend* be : both()) {
+      auto op = be->linear(cfg);
+      DeviceBuffer dx_(be, x), dw_(be, w), db_(be, b), y(be, size_t(n) * 10), ddy(be, dy),
+          dx(be, size_t(n) * 96), gw(be, dw0), gb(be, db0);
+      op->forward(n, dx_.data(), dw_.data(), bias ? db_.data() : nullptr, y.data());
+      op->backward(n, dx_.data(), dw_.data(), ddy.data(), dx.data(), gw.data(),
+                   bias ? gb.data() : nullptr, true);
+      r[k++] = {y.to_host(), dx.to_host(), gw.to_host(), gb.to_host()};
+    }
+    EXPECT_MATCH(r[1][0], r[0][0], op_tol(), "y, bias " << bias);
+    EXPECT_MATCH(r[1][1], r[0][1], op_tol(), "dx");
+    EXPECT_MATCH(r[1][2], r[0][2], op_tol(), "dw (accumulated)");
+    EXPECT_MATCH(r[1][3], r[0][3], kF32Tol, "db (accumulated)");
+  }
+}
+
+TEST_P(CudaParity, SoftmaxCrossEntropy) {
+  for (int classes : {10, 1000}) {
+    const int n = 37;
+    const auto logits = random_vector(size_t(n) * classes, 41, -4.0f, 4.0f);
+    std::vector<int32_t> labels(n);
+    for (int i = 0; i < n; ++i) labels[i] = (i * 7919) % classes;
+    LossResult res[2];
+    std::vector<float> grads[2];
+    int k = 0;
+    for (Backend* be : both()) {
+      auto op = be->softmax_cross_entropy(classes);
+      DeviceBuffer z(be, logits), d(be, size_t(n) * classes);
+      DeviceLabels l(be, labels);
+      res[k] = op->forward(n, z.data(), l.data());
+      op->backward(n, l.data(), d.data(), 1.0f / n);
+      grads[k++] = d.to_host();
+    }
+    EXPECT_NEAR(res[1].loss_sum, res[0].loss_sum, 1e-4 * std::abs(res[0].loss_sum)) << classes;
+    EXPECT_EQ(res[1].correct, res[0].correct) << classes;
+    EXPECT_MATCH(grads[1], grads[0], kF32Tol, "dlogits, K=" << classes);
+  }
+  // A label outside [0, K) is an error, not a silent wrong loss.
+  auto op = gpu_->softmax_cross_entropy(10);
+  DeviceBuffer z(gpu_.get(), random_vector(20, 42));
+  DeviceLabels bad(gpu_.get(), {3, 10});
+  EXPECT_THROW(op->forward(2, z.data(), bad.data()), Error);
+}
+
+// One training step of a whole model: logits, loss, every gradient and the updated running
+// statistics agree.
+TEST_P(CudaParity, Resnet20TrainingStep) {
+  const int n = 4, classes = 10;
+  const auto x = random_vector(size_t(n) * 32 * 32 * 3, 51);
+  std::vector<int32_t> labels = {1, 7, 3, 9};
+  std::vector<float> logits[2], grads[2], buffers[2];
+  double loss[2];
+  int k = 0;
+  for (Backend* be : both()) {
+    auto model = make_model("resnet20", *be, Shape{32, 32, 3}, classes);
+    model->init_parameters(1234);
+    DeviceBuffer xin(be, x);
+    const Tensor xt = Tensor::wrap(xin.data(), Shape{n, 32, 32, 3}, DType::kF32, be->device());
+    const Tensor& out = model->forward(xt, /*training=*/true);
+    auto loss_op = be->softmax_cross_entropy(classes);
+    DeviceLabels l(be, labels);
+    loss[k] = loss_op->forward(n, out.data<float>(), l.data()).loss_sum;
+    logits[k].resize(size_t(n) * classes);
+    be->copy(logits[k].data(), Device::kCpu, out.raw(), be->device(), logits[k].size() * 4);
+    DeviceBuffer d(be, size_t(n) * classes);
+    loss_op->backward(n, l.data(), d.data(), 1.0f / n);
+    model->backward(Tensor::wrap(d.data(), Shape{n, classes}, DType::kF32, be->device()), false);
+    grads[k].resize(model->param_count());
+    be->copy(grads[k].data(), Device::kCpu, model->grad_data(), be->device(), grads[k].size() * 4);
+    buffers[k].resize(model->buffer_count());
+    be->copy(buffers[k].data(), Device::kCpu, model->buffer_data(), be->device(),
+             buffers[k].size() * 4);
+    ++k;
+  }
+  EXPECT_NEAR(loss[1], loss[0], model_tol().max_error * std::abs(loss[0]));
+  EXPECT_MATCH(logits[1], logits[0], model_tol(), "logits");
+  EXPECT_MATCH(grads[1], grads[0], model_tol(), "gradient arena");
+  EXPECT_MATCH(buffers[1], buffers[0], stats_tol(), "BatchNorm buffers");
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, CudaParity,
+                         ::testing::Values(Precision::kF32, Precision::kBF16),
+                         [](const ::testing::TestParamInfo<Precision>& i) {
+                           return std::string(precision_name(i.param));
+                         });
+
+}  // namespace
+}  // namespace ddpv::test
