@@ -2,7 +2,7 @@
 # Installs every Debian package that the build, the tests, the demo and the benchmarks need,
 # and only those that are missing. Idempotent: a second run installs nothing.
 #   scripts/install-deps.sh            build + test dependencies
-#   scripts/install-deps.sh --bench    also PyTorch and matplotlib (benchmarks, plots, golden files)
+#   scripts/install-deps.sh --bench    also PyTorch (the benchmark peer, golden files, export test)
 #   scripts/install-deps.sh --cluster  also Slurm and munge (tests/cluster)
 set -euo pipefail
 
@@ -16,11 +16,11 @@ packages=(
   libbenchmark-dev                    # bench/
   zlib1g-dev libjpeg-dev libpng-dev   # ddpv-convert: gzip IDX, JPEG, PNG
   dataset-fashion-mnist               # the real data of `make demo`
-  python3 python3-numpy python3-h5py  # scripts/ and test fixtures
+  python3 python3-numpy python3-h5py python3-matplotlib  # scripts/, plots, test fixtures
 )
 for arg in "$@"; do
   case "$arg" in
-    --bench) packages+=(python3-torch python3-matplotlib) ;;
+    --bench) packages+=(python3-torch) ;;
     --cluster) packages+=(slurm-wlm munge iproute2) ;;
     --torch) packages+=(python3-torch) ;;
     *) echo "install-deps.sh: unknown option '$arg' (use --bench, --torch or --cluster)" >&2; exit 2 ;;
