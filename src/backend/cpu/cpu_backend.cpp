@@ -89,7 +89,12 @@ class CpuBackend final : public Backend {
   void relu_backward(int64_t count, const float* y, const float* dy, float* dx) override {
     ctx_.bind_threads();
 #pragma omp parallel for simd if (count >= kParallelMin)
-    for (int64_t i = 0; i < count; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+    for (int64_t i = 0; i < count; ++i) {
+      // Load dy unconditionally: a load under the condition is control flow to GCC, which then
+      // leaves the loop scalar and branchy (it was 28% of a resnet20 step).
+      const float g = dy[i];
+      dx[i] = y[i] > 0.0f ? g : 0.0f;
+    }
   }
 
   void add(int64_t count, const float* a, const float* b, float* y) override {
