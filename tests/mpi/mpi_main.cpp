@@ -11,6 +11,8 @@
 
 namespace {
 
+constexpr const char* kOtherRankFailed = "failed on another rank";
+
 // Turns a per-rank result into the agreed result: any rank failing fails the test everywhere.
 class AgreeAcrossRanks : public ::testing::EmptyTestEventListener {
  public:
@@ -19,7 +21,7 @@ class AgreeAcrossRanks : public ::testing::EmptyTestEventListener {
     int any_failed = 0;
     MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     if (any_failed && !failed) {
-      ADD_FAILURE() << "failed on another rank";
+      ADD_FAILURE() << kOtherRankFailed;
     }
   }
 };
@@ -33,9 +35,18 @@ class PrintFailuresWithRank : public ::testing::EmptyTestEventListener {
     name_ = std::string(info.test_suite_name()) + "." + info.name();
   }
   void OnTestPartResult(const ::testing::TestPartResult& r) override {
-    if (!r.failed()) return;
+    if (!r.failed() || std::string(r.message()).ends_with(kOtherRankFailed)) return;
     std::string line = prefix_ + name_ + ": " + (r.file_name() ? r.file_name() : "?") + ":" +
-                       std::to_string(r.line_number()) + ": " + r.message() + "\n";
+                       std::to_string(r.line_number()) + ": ";
+    // Every line of a multi-line message carries the prefix too.
+    for (const char* c = r.message(); *c; ++c) {
+      if (*c == '\n') {
+        line += "\n" + prefix_ + "  ";
+      } else {
+        line += *c;
+      }
+    }
+    line += "\n";
     ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
     (void)ignored;
   }

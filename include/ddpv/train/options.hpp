@@ -40,7 +40,7 @@ struct TrainOptions {
   // distribution
   double bucket_mb = 25;
   bool no_overlap = false;
-  std::string mpi_progress = "thread";  // thread | nonblocking
+  std::string mpi_progress = "nonblocking";  // nonblocking | thread (Note [Communication thread])
   double comm_timeout = 600;        // seconds (CUDA watchdog)
   // output and checkpoints
   std::string checkpoint_dir;

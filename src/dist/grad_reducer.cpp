@@ -1,0 +1,94 @@
+// GradReducer: pending counts per bucket, launches in plan order (Note [Bucket order]).
+#include "ddpv/dist/grad_reducer.hpp"
+
+#include "ddpv/core/error.hpp"
+#include "ddpv/core/log.hpp"
+
+namespace ddpv {
+
+GradReducer::GradReducer(BucketPlan plan, Communicator& comm, float* grad_arena,
+                         GradReducerOptions options)
+    : plan_(std::move(plan)), comm_(comm), grad_(grad_arena), options_(options) {
+  DDPV_CHECK(grad_ != nullptr || plan_.total_count() == 0, "GradReducer needs a gradient arena");
+  reset();
+}
+
+GradReducer::~GradReducer() {
+  // Launched buckets write into the arena: let them finish before anyone frees it.
+  for (auto& w : work_) {
+    try {
+      if (w) w->wait();
+    } catch (const std::exception& e) {
+      DDPV_WARN("gradient allreduce failed during shutdown: ", e.what());
+    }
+  }
+}
+
+void GradReducer::reset() {
+  pending_.resize(plan_.buckets().size());
+  for (size_t b = 0; b < pending_.size(); ++b)
+    pending_[b] = static_cast<int>(plan_.buckets()[b].params.size());
+  param_ready_.assign(static_cast<size_t>(plan_.num_params()), 0);
+  next_launch_ = 0;
+  in_backward_ = false;
+  work_.clear();
+}
+
+void GradReducer::set_sync(bool sync) {
+  DDPV_CHECK(!in_backward_,
+             "GradReducer::set_sync called during a backward pass; call it "
+             "before Model::backward");
+  sync_ = sync;
+}
+
+GradReadyFn GradReducer::ready_fn() {
+  if (!sync_) return {};
+  return [this](int index) { mark_ready(index); };
+}
+
+void GradReducer::mark_ready(int param_index) {
+  if (!sync_) return;
+  const int b = plan_.bucket_of(param_index);  // checks the range
+  char& seen = param_ready_[static_cast<size_t>(param_index)];
+  DDPV_CHECK(!seen, "gradient of parameter ", param_index, " reported twice in one backward");
+  seen = 1;
+  in_backward_ = true;
+  --pending_[static_cast<size_t>(b)];
+  if (options_.overlap) {
+    launch_ready_buckets();
+    comm_.progress();
+  }
+}
+
+void GradReducer::launch_ready_buckets() {
+  while (next_launch_ < plan_.size() && pending_[static_cast<size_t>(next_launch_)] == 0) {
+    launch(next_launch_);
+  }
+}
+
+void GradReducer::launch(int bucket) {
+  const Bucket& bk = plan_.buckets()[static_cast<size_t>(bucket)];
+  work_.push_back(comm_.allreduce_async(grad_ + bk.offset, bk.count, CommType::kF32,
+                                        ReduceOp::kSum));  // Note [Folded averaging]
+  next_launch_ = bucket + 1;
+}
+
+void GradReducer::wait() {
+  if (!sync_) return;
+  // With overlap every bucket normally went out during backward. Buckets still pending here
+  // hold tensors backward never reported (a layer without gradient-ready calls, or overlap
+  // off): backward has returned, so their gradients are final and go out now, in plan order.
+  while (next_launch_ < plan_.size()) launch(next_launch_);
+  std::exception_ptr failure;
+  for (auto& w : work_) {
+    try {
+      w->wait();
+    } catch (...) {
+      if (!failure) failure = std::current_exception();
+    }
+  }
+  reset();
+  if (failure) std::rethrow_exception(failure);
+}
+
+}  // namespace ddpv
