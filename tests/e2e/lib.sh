@@ -7,7 +7,7 @@ PY=${DDPV_PYTHON3:-/usr/bin/python3}
 read -r -a MPIRUN_ARGS <<<"${DDPV_MPIRUN_ARGS:-}"
 WORK=$(mktemp -d /tmp/ddpv-e2e.XXXXXX)
 # On any exit: no background job (an mpirun under test) may outlive the test.
-trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$WORK"' EXIT
+trap 'kill -9 $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 mpirun_np() { local np=$1; shift; "${DDPV_MPIRUN:-mpirun}" -np "$np" "${MPIRUN_ARGS[@]}" "$@"; }
