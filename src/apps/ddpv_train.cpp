@@ -88,6 +88,7 @@ int print_usage_error(const std::string& what) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ddpv::block_stop_signals();  // before any thread starts: Note [No signal on a compute thread]
   TrainOptions o;
   po::options_description options = describe(o);
   po::options_description generic("General");

@@ -1,24 +1,49 @@
-// Stop-signal handlers (see Note [Stop signals]).
+// Stop signals, collected by a watcher thread (Note [No signal on a compute thread]).
 #include "train/signals.hpp"
 
+#include <pthread.h>
+
 #include <csignal>
+#include <ctime>
 #include <initializer_list>
 
 namespace ddpv {
 namespace {
-volatile std::sig_atomic_t g_stop_signal = 0;
-extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
-}  // namespace
 
-void install_stop_handlers() {
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  for (int sig : {SIGTERM, SIGUSR1, SIGINT}) sigaction(sig, &sa, nullptr);
+std::atomic<int> g_stop_signal{0};  // Note [Stop signals]
+
+sigset_t stop_set() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGTERM, SIGUSR1, SIGINT}) sigaddset(&set, sig);
+  return set;
 }
 
-int stop_signal_received() { return g_stop_signal; }
+}  // namespace
+
+void block_stop_signals() {
+  const sigset_t set = stop_set();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+StopSignalWatcher::StopSignalWatcher() {
+  block_stop_signals();  // in case main() did not (tests): the watcher must be the only taker
+  thread_ = std::thread([this] {
+    const sigset_t set = stop_set();
+    const timespec tick{0, 100 * 1000 * 1000};  // check quit_ ten times a second
+    while (!quit_.load()) {
+      const int sig = sigtimedwait(&set, nullptr, &tick);
+      if (sig > 0) g_stop_signal.store(sig);
+    }
+  });
+}
+
+StopSignalWatcher::~StopSignalWatcher() {
+  quit_.store(true);
+  if (thread_.joinable()) thread_.join();
+}
+
+int stop_signal_received() { return g_stop_signal.load(); }
 
 const char* signal_name(int sig) {
   switch (sig) {

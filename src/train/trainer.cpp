@@ -168,7 +168,7 @@ void Trainer::Impl::train_step() {
 }
 
 TrainSummary Trainer::Impl::run() {
-  install_stop_handlers();
+  StopSignalWatcher watcher;
   run_start = Clock::now();
   run_start_step = step;
   log_start = Clock::now();
