@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
     }
   }
   if (sgemm_only) {
-    std::printf("sgemm peak %.1f GFLOP/s (%d thread%s, dnnl_sgemm 1024^3, best of 7)\n",
+    std::printf("sgemm peak %.1f GFLOP/s (%d thread%s, dnnl_sgemm 1024^3, best run)\n",
                 sgemm_peak_gflops(threads), threads, threads == 1 ? "" : "s");
     return 0;
   }

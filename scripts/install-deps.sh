@@ -2,7 +2,8 @@
 # Installs every Debian package that the build, the tests, the demo and the benchmarks need,
 # and only those that are missing. Idempotent: a second run installs nothing.
 #   scripts/install-deps.sh            build + test dependencies
-#   scripts/install-deps.sh --bench    also PyTorch (the benchmark peer, golden files, export test)
+#   scripts/install-deps.sh --bench    also PyTorch and OpenBLAS (the benchmark peer, golden files,
+#                                      export test)
 #   scripts/install-deps.sh --cluster  also Slurm and munge (tests/cluster)
 set -euo pipefail
 
@@ -20,7 +21,7 @@ packages=(
 )
 for arg in "$@"; do
   case "$arg" in
-    --bench) packages+=(python3-torch) ;;
+    --bench) packages+=(python3-torch libopenblas0-pthread) ;;  # the PyTorch peer's BLAS
     --cluster) packages+=(slurm-wlm munge iproute2) ;;
     --torch) packages+=(python3-torch) ;;
     *) echo "install-deps.sh: unknown option '$arg' (use --bench, --torch or --cluster)" >&2; exit 2 ;;

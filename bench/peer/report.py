@@ -1,0 +1,268 @@
+#!/usr/bin/python3
+"""The table of `make bench`: medians over rounds and ratios of ddpvision to PyTorch DDP, from
+the raw results that scripts/bench.sh leaves in one directory:
+
+    ours-{model}-w{ranks}-r{round}.jsonl   ddpv-train --metrics of a synthetic run
+    torch-{model}-w{ranks}-r{round}.json   bench/peer/torch_ddp.py of the same configuration
+    sgemm-t{threads}-r{round}.log          model_bench --sgemm-only
+    ours-fmnist.jsonl, torch-fmnist.json   the time-to-accuracy runs (optional)
+    meta.json                              date, machine, versions, step counts
+
+    report.py RAW_DIR --md latest.md --png latest.png [--docs docs/performance.md]
+
+Prints the table, writes it as Markdown (with the machine) and draws a bar chart (Agg).
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+
+GFLOP_PER_IMAGE = {"resnet20": 0.245, "lenet": 0.0665}  # training (3x forward), as model_bench
+TARGET_ACC = 0.91
+DOC_START = "<!-- bench:table:start (scripts/bench.sh UPDATE_DOCS=1 writes this part) -->"
+DOC_END = "<!-- bench:table:end -->"
+
+
+def ours_images_per_s(path):
+    """images/s over the timed steps: every step record after the first (the warm-up stretch).
+    Records cover equal numbers of steps, so the pooled rate is their harmonic mean."""
+    rates = [r["images_per_s"] for r in read_jsonl(path) if r.get("event") == "step"][1:]
+    if not rates or any(not x for x in rates):
+        raise ValueError(f"{path}: no timed step records (a failed run?)")
+    return len(rates) / sum(1.0 / x for x in rates)
+
+
+def read_jsonl(path):
+    out = []
+    with open(path) as f:
+        for line in f:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass  # a line cut by a killed run
+    return out
+
+
+def sgemm(path):
+    m = re.search(r"sgemm peak ([0-9.]+)", open(path).read())
+    if not m:
+        raise ValueError(f"{path}: no 'sgemm peak' line")
+    return float(m.group(1))
+
+
+def spread(values):
+    """'median (min-max)' text and the median."""
+    med = statistics.median(values)
+    if len(values) == 1:
+        return f"{med:.0f}", med
+    return f"{med:.0f} ({min(values):.0f}-{max(values):.0f})", med
+
+
+def collect(raw):
+    res = {"ours": {}, "torch": {}, "torch_fmt": {}, "sgemm1": [], "sgemm2": []}
+    for m in ("lenet", "resnet20"):
+        for w in (1, 2):
+            ours = [ours_images_per_s(p)
+                    for p in sorted(glob.glob(f"{raw}/ours-{m}-w{w}-r*.jsonl"))]
+            peers = [json.load(open(p)) for p in sorted(glob.glob(f"{raw}/torch-{m}-w{w}-r*.json"))]
+            res["ours"][(m, w)] = ours
+            res["torch"][(m, w)] = [p["images_per_s"] for p in peers]
+            fmts = {}
+            for p in peers:
+                for f, v in p["formats"].items():
+                    fmts.setdefault(f, []).append(v["images_per_s"])
+            res["torch_fmt"][(m, w)] = fmts
+    blas = {json.load(open(p)).get("blas", "unknown") for p in glob.glob(f"{raw}/torch-*.json")}
+    res["blas"] = ", ".join(sorted(blas))
+    res["sgemm1"] = [sgemm(p) for p in sorted(glob.glob(f"{raw}/sgemm-t1-r*.log"))]
+    res["sgemm2"] = [sgemm(p) for p in sorted(glob.glob(f"{raw}/sgemm-t2-r*.log"))]
+    return res
+
+
+def time_to_target(raw):
+    """(ours, theirs): each {'epoch', 'elapsed_s'} of the first epoch at the target, or None,
+    and the accuracy traces; None for a side that did not run."""
+    ours = theirs = None
+    p = f"{raw}/ours-fmnist.jsonl"
+    if os.path.exists(p):
+        trace = [{"epoch": r["epoch"], "val_acc": r["val_acc"], "elapsed_s": r["elapsed_s"]}
+                 for r in read_jsonl(p) if r.get("event") == "epoch"]
+        hit = next((t for t in trace if (t["val_acc"] or 0) >= TARGET_ACC), None)
+        ours = {"hit": hit, "trace": trace}
+    p = f"{raw}/torch-fmnist.json"
+    if os.path.exists(p):
+        r = json.load(open(p))
+        hit = next((t for t in r["trace"] if t["val_acc"] >= TARGET_ACC), None)
+        theirs = {"hit": hit, "trace": r["trace"], "format": r["format"]}
+    return ours, theirs
+
+
+def ratio_row(name, ours_vals, their_vals, target):
+    o_txt, o = spread(ours_vals)
+    t_txt, t = spread(their_vals)
+    ratio = o / t if t else float("nan")
+    met = "" if target is None else ("yes" if ratio >= target else "no")
+    target_txt = "" if target is None else f">= {target}x"
+    return [name, o_txt, t_txt, f"{ratio:.2f}x", target_txt, met], ratio
+
+
+def build_table(res, meta):
+    rows, chart = [], []
+    for m, w, target in (("lenet", 1, 2.5), ("lenet", 2, 2.5), ("resnet20", 1, None),
+                         ("resnet20", 2, 1.2)):
+        row, ratio = ratio_row(f"{m} images/s, {w} rank{'s' if w > 1 else ''} x 1 thread",
+                               res["ours"][(m, w)], res["torch"][(m, w)], target)
+        rows.append(row)
+        chart.append((f"{m} x{w}", statistics.median(res["ours"][(m, w)]),
+                      statistics.median(res["torch"][(m, w)]), ratio, target))
+    for m in ("lenet", "resnet20"):
+        so = statistics.median(res["ours"][(m, 2)]) / statistics.median(res["ours"][(m, 1)])
+        st = statistics.median(res["torch"][(m, 2)]) / statistics.median(res["torch"][(m, 1)])
+        rows.append([f"{m} scaling 1 -> 2 ranks", f"{so:.2f}x", f"{st:.2f}x", f"{so / st:.2f}x",
+                     ">= 1.95x (ours)", "yes" if so >= 1.95 else "no"])
+    peak1 = statistics.median(res["sgemm1"])
+    peak = 2 * peak1
+    g = GFLOP_PER_IMAGE["resnet20"]
+    go = statistics.median(res["ours"][("resnet20", 2)]) * g
+    gt = statistics.median(res["torch"][("resnet20", 2)]) * g
+    rows.append(["resnet20 GFLOP/s, 2 ranks (% of 2-core sgemm peak)",
+                 f"{go:.1f} ({100 * go / peak:.1f}%)", f"{gt:.1f} ({100 * gt / peak:.1f}%)",
+                 f"{go / gt:.2f}x", ">= 90% of peak (ours)", "yes" if go >= 0.9 * peak else "no"])
+    return rows, chart, peak1, peak
+
+
+def tta_row(ours, theirs, meta):
+    def cell(side):
+        if side is None:
+            return "not run"
+        if side["hit"] is None:
+            best = max((t["val_acc"] or 0 for t in side["trace"]), default=0)
+            return f"not reached in {len(side['trace'])} epochs (best {100 * best:.2f}%)"
+        return f"{side['hit']['elapsed_s']:.1f} s (epoch {side['hit']['epoch']})"
+    ratio, met = "", ""
+    if ours and theirs and ours["hit"] and theirs["hit"]:
+        r = ours["hit"]["elapsed_s"] / theirs["hit"]["elapsed_s"]
+        ratio, met = f"{r:.2f}x", "yes" if r <= 0.33 else "no"
+    elif ours and theirs:
+        ratio = "n/a"
+        met = ("n/a (neither reached it)" if not ours["hit"] and not theirs["hit"]
+               else "no" if not ours["hit"] else "yes (PyTorch did not reach it)")
+    return [f"time to 91% test accuracy, Fashion-MNIST, lenet, 2 ranks (<= {meta['tta_epochs']} "
+            "epochs)", cell(ours), cell(theirs), ratio, "<= 0.33x", met]
+
+
+def markdown(rows, res, peak1, peak, ours_tta, theirs_tta, meta):
+    head = ["figure", "ddpvision", "PyTorch DDP (best format)", "ours / PyTorch", "target", "met"]
+    out = []
+    if meta.get("quick"):
+        out.append("**QUICK smoke run: a few steps, not a measurement.**\n")
+    out.append(f"Measured {meta['date']} on {meta['cpu']} ({meta['cores']} cores), "
+               f"{meta['rounds']} round(s), medians (min-max over rounds); batch {meta['batch']} "
+               "per rank, 1 thread per rank, synthetic data.\n")
+    out.append("| " + " | ".join(head) + " |")
+    out.append("|" + "---|" * len(head))
+    for r in rows:
+        out.append("| " + " | ".join(r) + " |")
+    out.append("")
+    out.append(f"sgemm peak (model_bench --sgemm-only: dnnl_sgemm 1024^3, best run; median "
+               f"over rounds): 1 thread {peak1:.1f} GFLOP/s; the roofline of 2 ranks x 1 thread "
+               f"is 2 x that = {peak:.1f} GFLOP/s; a 2-thread "
+               f"sgemm gave {statistics.median(res['sgemm2']):.1f} GFLOP/s. resnet20 training is "
+               "counted as 0.245 GFLOP per image.\n")
+    out.append("PyTorch by memory format (images/s, median):\n")
+    out.append("| configuration | NCHW | channels_last |")
+    out.append("|---|---|---|")
+    for (m, w), fmts in res["torch_fmt"].items():
+        cells = [f"{statistics.median(fmts[f]):.0f}" if f in fmts else "-"
+                 for f in ("nchw", "channels_last")]
+        out.append(f"| {m}, {w} rank{'s' if w > 1 else ''} | {cells[0]} | {cells[1]} |")
+    out.append("")
+    for name, side in (("ddpvision", ours_tta), ("PyTorch", theirs_tta)):
+        if side:
+            trace = ", ".join(f"{t['epoch']}: {100 * (t['val_acc'] or 0):.2f}% at "
+                              f"{t['elapsed_s']:.0f} s"
+                              for t in side["trace"])
+            out.append(f"- Fashion-MNIST trace, {name}"
+                       f"{' (' + side['format'] + ')' if 'format' in side else ''}: {trace}")
+    out.append("")
+    out.append(f"Versions: {meta['ddpv']}, oneDNN {meta['onednn']}, PyTorch {meta['torch']} "
+               f"(gloo; BLAS {res['blas']}), {meta['mpi']}, {meta['cxx']}, "
+               f"Python {meta['python']}, Linux "
+               f"{meta['kernel']}. Load average at start {meta['load_start']}, at end "
+               f"{meta['load_end']}; the run took {meta['wall_s'] / 60:.1f} min.")
+    return "\n".join(out) + "\n"
+
+
+def chart_png(chart, path, title):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
+    xs = range(len(chart))
+    for shift, col, label in ((-0.2, 1, "ddpvision"), (0.2, 2, "PyTorch DDP (best format)")):
+        bars = a.bar([x + shift for x in xs], [c[col] for c in chart], 0.4, label=label)
+        a.bar_label(bars, fmt="%.0f", fontsize=8)
+    a.set_xticks(list(xs), [c[0] for c in chart])
+    a.set_ylabel("training images/s (synthetic, 1 thread per rank)")
+    a.legend()
+    b.bar_label(b.bar(list(xs), [c[3] for c in chart], 0.5, color="tab:green"), fmt="%.2fx",
+                fontsize=8)
+    for x, c in zip(xs, chart):
+        if c[4]:
+            b.plot([x - 0.3, x + 0.3], [c[4], c[4]], "r-", lw=2)
+    b.axhline(1.0, color="gray", lw=0.8)
+    b.set_xticks(list(xs), [c[0] for c in chart])
+    b.set_ylabel("ours / PyTorch (red: target)")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def update_docs(path, md):
+    text = open(path).read()
+    if DOC_START not in text or DOC_END not in text:
+        raise ValueError(f"{path} has no bench table markers")
+    pre, rest = text.split(DOC_START, 1)
+    post = rest.split(DOC_END, 1)[1]
+    with open(path, "w") as f:
+        f.write(pre + DOC_START + "\n" + md + DOC_END + post)
+
+
+def main(argv):
+    p = argparse.ArgumentParser(prog="report.py", description=__doc__.split("\n")[0])
+    p.add_argument("raw")
+    p.add_argument("--md", required=True)
+    p.add_argument("--png", required=True)
+    p.add_argument("--docs", default="", help="also replace the table in this Markdown file")
+    a = p.parse_args(argv)
+    meta = json.load(open(os.path.join(a.raw, "meta.json")))
+    res = collect(a.raw)
+    rows, chart, peak1, peak = build_table(res, meta)
+    ours_tta, theirs_tta = time_to_target(a.raw)
+    if not meta.get("skip_tta"):
+        rows.append(tta_row(ours_tta, theirs_tta, meta))
+    md = markdown(rows, res, peak1, peak, ours_tta, theirs_tta, meta)
+    with open(a.md, "w") as f:
+        f.write("# ddpvision vs PyTorch DDP (`make bench`)\n\n" + md)
+    chart_png(chart, a.png, f"ddpvision vs PyTorch DDP, {meta['cpu']}, {meta['date']}"
+              + (" (QUICK smoke run)" if meta.get("quick") else ""))
+    if a.docs:
+        update_docs(a.docs, md)
+    widths = [max(len(r[i]) for r in rows + [["figure", "ddpvision", "PyTorch", "ratio",
+                                                "target", "met"]]) for i in range(6)]
+    print()
+    for r in [["figure", "ddpvision", "PyTorch", "ratio", "target", "met"]] + rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+    print(f"\nwritten: {a.md}, {a.png}" + (f", {a.docs}" if a.docs else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except (OSError, ValueError, KeyError) as e:
+        print(f"report.py: {e}", file=sys.stderr)
+        sys.exit(1)

@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# `make bench`: ddpvision against PyTorch DDP (bench/peer/torch_ddp.py) on this machine, in one
+# run: synthetic training throughput of lenet and resnet20 at 1 and 2 ranks x 1 thread, the
+# sgemm peak for the roofline, and the wall time to 91% test accuracy on Fashion-MNIST.
+# Ours and PyTorch's alternate, ROUNDS times; bench/peer/report.py prints medians and ratios
+# and writes bench/results/latest.md and latest.png. Method: docs/performance.md.
+#   ROUNDS=3           rounds of the throughput runs (medians over rounds)
+#   QUICK=1            smoke test: 1 round, a few steps, 1 epoch on a 6000-image subset;
+#                      results go to $BUILD_DIR/bench-run/quick, not bench/results
+#   TTA_EPOCHS=6       epochs of the time-to-accuracy runs (cosine schedule over them)
+#   SKIP_TTA=1         no time-to-accuracy runs
+#   RESULTS_DIR=DIR    where latest.md and latest.png go
+#   UPDATE_DOCS=1      also put the table into docs/performance.md (between its bench markers)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build}
+BIN=$BUILD_DIR/bin
+PY=/usr/bin/python3
+FMNIST=/usr/share/datasets/fashion-mnist
+QUICK=${QUICK:-0}
+SKIP_TTA=${SKIP_TTA:-0}
+TTA_EPOCHS=${TTA_EPOCHS:-6}
+TTA_LR=0.05     # the demo's hyperparameters: batch 64 per rank, momentum 0.9, decay 5e-4, cosine
+BATCH=64
+SYN_LR=0.01     # random labels: a small rate keeps both sides finite; speed does not depend on it
+if [ "$QUICK" = 1 ]; then
+  ROUNDS=${ROUNDS:-1}
+  TTA_EPOCHS=${TTA_EPOCHS_QUICK:-1}
+  WORK=$BUILD_DIR/bench-run/quick
+  RESULTS_DIR=${RESULTS_DIR:-$WORK}
+  # warm-up steps / timed steps (a multiple of warm-up: ours logs every warm-up steps)
+  declare -A WARMUP=([lenet]=2 [resnet20]=1) TIMED=([lenet]=6 [resnet20]=2)
+else
+  ROUNDS=${ROUNDS:-3}
+  WORK=$BUILD_DIR/bench-run
+  RESULTS_DIR=${RESULTS_DIR:-bench/results}
+  declare -A WARMUP=([lenet]=10 [resnet20]=3) TIMED=([lenet]=80 [resnet20]=24)
+fi
+RAW=$WORK/raw
+if ! [[ $ROUNDS =~ ^[1-9][0-9]*$ ]]; then
+  echo "bench.sh: ROUNDS must be a positive integer, got '$ROUNDS'" >&2
+  exit 2
+fi
+for tool in "$BIN/ddpv-train" "$BIN/ddpv-convert" "$BIN/model_bench"; do
+  [ -x "$tool" ] || { echo "bench.sh: $tool is missing: build first (make build)" >&2; exit 1; }
+done
+"$PY" -c "import torch, h5py, matplotlib" 2>/dev/null ||
+  { echo "bench.sh: $PY lacks torch, h5py or matplotlib: run scripts/install-deps.sh --bench" >&2; exit 1; }
+rm -rf "$RAW"
+mkdir -p "$RAW" "$RESULTS_DIR"
+
+# One thread per rank on both sides (Note [Peer fairness] in bench/peer/torch_ddp.py).
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+# Debian's torch calls whatever libblas.so.3 the alternatives system points at; the reference
+# netlib BLAS would make PyTorch's linear layers ~15x slower than they are with OpenBLAS
+# (installed by install-deps.sh --bench), so the peer loads OpenBLAS whatever the default is.
+OPENBLAS_DIR=/usr/lib/x86_64-linux-gnu/openblas-pthread
+if [ ! -e "$OPENBLAS_DIR/libblas.so.3" ]; then
+  echo "bench.sh: WARNING: no OpenBLAS ($OPENBLAS_DIR): PyTorch runs on the default BLAS and its" \
+    "figures may be far from its best (scripts/install-deps.sh --bench installs it)" >&2
+fi
+peer() {
+  LD_LIBRARY_PATH=$OPENBLAS_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$PY" bench/peer/torch_ddp.py "$@"
+}
+mpirun_args=(--oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none)
+[ "$(id -u)" = 0 ] && mpirun_args+=(--allow-run-as-root)
+logged() {  # name, then a command whose output goes to $RAW/name.log (shown when it fails)
+  local name=$1 rc=0
+  shift
+  "$@" >"$RAW/$name.log" 2>&1 || rc=$?
+  if [ $rc != 0 ]; then
+    echo "bench.sh: $name failed (exit $rc): $*" >&2
+    tail -n 20 "$RAW/$name.log" >&2
+    exit 1
+  fi
+}
+run_ours() {  # ranks, then ddpv-train's arguments
+  local np=$1
+  shift
+  ${MPIRUN:-mpirun} -np "$np" "${mpirun_args[@]}" -x OMP_NUM_THREADS "$BIN/ddpv-train" \
+    --threads 1 --no-progress "$@"
+}
+started=$(date +%s)
+t0=$(date -u '+%Y-%m-%d %H:%M UTC')
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
+if awk '{exit !($1 > 1.0)}' /proc/loadavg; then
+  echo "bench.sh: WARNING: load average $load0 before the start: other work shares the cores," \
+    "so the figures will be noisy and low (latest.md records the load)" >&2
+fi
+
+ours_synthetic() {  # model ranks round
+  local m=$1 np=$2 r=$3 w=${WARMUP[$1]} t=${TIMED[$1]}
+  # Every `warm-up` steps a step record with that stretch's images/s; the report drops the
+  # first record (the warm-up) and takes the images/s of the others together.
+  logged "ours-$m-w$np-r$r" run_ours "$np" --synthetic --model "$m" --batch-size $BATCH \
+    --lr $SYN_LR --lr-schedule constant --max-steps $((w + t)) --log-every "$w" \
+    --metrics "$RAW/ours-$m-w$np-r$r.jsonl"
+}
+torch_synthetic() {  # model ranks round
+  local m=$1 np=$2 r=$3 formats=nchw,channels_last
+  [ $((r % 2)) = 0 ] && formats=channels_last,nchw  # neither format always goes first
+  logged "torch-$m-w$np-r$r" peer --model "$m" --world-size "$np" \
+    --threads 1 --batch-size $BATCH --lr $SYN_LR --warmup "${WARMUP[$m]}" --steps "${TIMED[$m]}" \
+    --formats "$formats" --json "$RAW/torch-$m-w$np-r$r.json"
+}
+
+for r in $(seq 1 "$ROUNDS"); do
+  echo "== round $r/$ROUNDS: sgemm peak, then lenet and resnet20 at 1 and 2 ranks ($(date -u +%H:%M:%S))"
+  logged "sgemm-t1-r$r" "$BIN/model_bench" --sgemm-only --threads 1
+  OMP_NUM_THREADS=2 logged "sgemm-t2-r$r" "$BIN/model_bench" --sgemm-only --threads 2
+  for m in lenet resnet20; do
+    for np in 1 2; do
+      if [ $((r % 2)) = 1 ]; then  # alternate who goes first, so drift hits both alike
+        ours_synthetic $m $np "$r"
+        torch_synthetic $m $np "$r"
+      else
+        torch_synthetic $m $np "$r"
+        ours_synthetic $m $np "$r"
+      fi
+      echo "   $m x$np done"
+    done
+  done
+done
+
+if [ "$SKIP_TTA" != 1 ]; then
+  store=$BUILD_DIR/bench-run/fashion-mnist.h5  # converted once, kept between runs
+  if ! "$BIN/ddpv-convert" inspect "$store" >/dev/null 2>&1; then
+    echo "== converting Fashion-MNIST ($FMNIST) into $store"
+    mkdir -p "$(dirname "$store")"
+    "$BIN/ddpv-convert" idx --preset fashion-mnist \
+      --train-images "$FMNIST/train-images-idx3-ubyte.gz" --train-labels "$FMNIST/train-labels-idx1-ubyte.gz" \
+      --test-images "$FMNIST/t10k-images-idx3-ubyte.gz" --test-labels "$FMNIST/t10k-labels-idx1-ubyte.gz" \
+      --out "$store" >/dev/null
+  fi
+  if [ "$QUICK" = 1 ]; then  # the first 6000 / 1000 images, every attribute kept
+    "$PY" - "$store" "$WORK/fashion-mnist-small.h5" <<'EOF'
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as src, h5py.File(sys.argv[2], "w") as dst:
+    for k, v in src.attrs.items():
+        dst.attrs[k] = v
+    for split, n in (("train", 6000), ("test", 1000)):
+        dst.create_dataset(f"{split}/images", data=src[split]["images"][:n])
+        dst.create_dataset(f"{split}/labels", data=src[split]["labels"][:n])
+EOF
+    store=$WORK/fashion-mnist-small.h5
+  fi
+  # PyTorch trains in the memory format that won its lenet 2-rank race above.
+  fmt=$("$PY" - "$RAW" <<'EOF'
+import collections, glob, json, sys
+wins = collections.Counter(json.load(open(f))["best_format"]
+                           for f in glob.glob(f"{sys.argv[1]}/torch-lenet-w2-r*.json"))
+print(wins.most_common(1)[0][0])
+EOF
+)
+  echo "== time to 91% on Fashion-MNIST, lenet, 2 ranks, $TTA_EPOCHS epochs at most: ours" \
+    "($(date -u +%H:%M:%S))"
+  logged ours-fmnist run_ours 2 --data "$store" --model lenet --epochs "$TTA_EPOCHS" \
+    --batch-size $BATCH --lr $TTA_LR --momentum 0.9 --weight-decay 5e-4 --lr-schedule cosine \
+    --no-augment --log-every 100000 --metrics "$RAW/ours-fmnist.jsonl"
+  sed -n 's/^epoch/   epoch/p' "$RAW/ours-fmnist.log"
+  echo "== the same for PyTorch ($fmt, stops at 91%) ($(date -u +%H:%M:%S))"
+  logged torch-fmnist peer --fashion-mnist "$store" --world-size 2 \
+    --threads 1 --batch-size $BATCH --lr $TTA_LR --momentum 0.9 --weight-decay 5e-4 \
+    --epochs "$TTA_EPOCHS" --target 0.91 --formats "$fmt" --json "$RAW/torch-fmnist.json"
+  sed -n 's/^torch_ddp: /   /p' "$RAW/torch-fmnist.log"
+fi
+
+# What the report prints about the machine and the run.
+"$PY" - "$RAW/meta.json" <<EOF
+import json, platform, subprocess, sys, torch
+def sh(cmd):
+    try:
+        return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return ""
+meta = {
+    "date": "$t0", "quick": "$QUICK" == "1", "rounds": $ROUNDS, "tta_epochs": $TTA_EPOCHS,
+    "skip_tta": "$SKIP_TTA" == "1", "batch": $BATCH, "tta_lr": $TTA_LR, "syn_lr": $SYN_LR,
+    "warmup": {"lenet": ${WARMUP[lenet]}, "resnet20": ${WARMUP[resnet20]}},
+    "timed": {"lenet": ${TIMED[lenet]}, "resnet20": ${TIMED[resnet20]}},
+    "cpu": sh("lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1"),
+    "cores": sh("getconf _NPROCESSORS_ONLN"), "kernel": platform.release(),
+    "ddpv": sh("$BIN/ddpv-train --version"), "torch": torch.__version__,
+    "onednn": sh("dpkg-query -W -f='\${Version}' libdnnl-dev"),
+    "mpi": sh("${MPIRUN:-mpirun} --version | head -1"), "cxx": sh("c++ --version | head -1"),
+    "python": platform.python_version(),
+    "load_start": "$load0", "load_end": sh("cut -d' ' -f1-3 /proc/loadavg"),
+    "wall_s": $(date +%s) - $started,
+}
+json.dump(meta, open(sys.argv[1], "w"), indent=1)
+EOF
+"$PY" bench/peer/report.py "$RAW" --md "$RESULTS_DIR/latest.md" --png "$RESULTS_DIR/latest.png" \
+  $([ "${UPDATE_DOCS:-0}" = 1 ] && echo --docs docs/performance.md)

@@ -1,0 +1,111 @@
+#!/bin/bash
+# The `make bench` tooling: bench/peer/report.py turns hand-made raw results into the expected
+# medians, ratios and verdicts (figures worked out by hand below), and bench/peer/torch_ddp.py
+# runs 2-rank DDP on synthetic data and on a tiny store. Skips (77) without torch, h5py or
+# matplotlib.
+source "$(dirname "$0")/lib.sh"
+if ! "$PY" -c 'import torch, h5py, matplotlib' 2>/dev/null; then
+  echo "skip: torch, h5py or matplotlib missing"
+  exit 77
+fi
+raw=$WORK/raw
+mkdir -p "$raw"
+
+# ours_run FILE RATE...: step records of a ddpv-train metrics file (the first is the warm-up).
+ours_run() {
+  local f=$1
+  shift
+  for r in "$@"; do echo "{\"event\": \"step\", \"images_per_s\": $r}"; done >"$f"
+  echo '{"event": "summary", "images_per_s": 1}' >>"$f"
+}
+peer_run() {  # FILE NCHW CHANNELS_LAST
+  local best=$2 fmt=nchw
+  "$PY" -c "import sys; sys.exit(0 if $3 > $2 else 1)" && { best=$3; fmt=channels_last; }
+  printf '{"formats": {"nchw": {"images_per_s": %s}, "channels_last": {"images_per_s": %s}}, %s}\n' \
+    "$2" "$3" "\"best_format\": \"$fmt\", \"images_per_s\": $best" >"$1"
+}
+# Two rounds. ours lenet x1: round 1 pools 1000 and 1000 (warm-up 5 dropped) = 1000, round 2
+# 1200 -> median 1100. ours lenet x2: harmonic mean of 1500 and 3000 = 2000, and 2200 -> 2100.
+ours_run "$raw/ours-lenet-w1-r1.jsonl" 5 1000 1000
+ours_run "$raw/ours-lenet-w1-r2.jsonl" 5 1200 1200
+ours_run "$raw/ours-lenet-w2-r1.jsonl" 5 1500 3000
+ours_run "$raw/ours-lenet-w2-r2.jsonl" 5 2200 2200
+ours_run "$raw/ours-resnet20-w1-r1.jsonl" 1 200 200
+ours_run "$raw/ours-resnet20-w1-r2.jsonl" 1 200 200
+ours_run "$raw/ours-resnet20-w2-r1.jsonl" 1 400 400
+ours_run "$raw/ours-resnet20-w2-r2.jsonl" 1 400 400
+# PyTorch: best formats 400 and 500 -> 450 (lenet x1); 700, 700 -> 700 (lenet x2).
+peer_run "$raw/torch-lenet-w1-r1.json" 400 300
+peer_run "$raw/torch-lenet-w1-r2.json" 100 500
+peer_run "$raw/torch-lenet-w2-r1.json" 700 600
+peer_run "$raw/torch-lenet-w2-r2.json" 600 700
+peer_run "$raw/torch-resnet20-w1-r1.json" 100 80
+peer_run "$raw/torch-resnet20-w1-r2.json" 100 80
+peer_run "$raw/torch-resnet20-w2-r1.json" 160 150
+peer_run "$raw/torch-resnet20-w2-r2.json" 160 150
+for r in 1 2; do
+  echo "sgemm peak 100.0 GFLOP/s (1 thread, dnnl_sgemm 1024^3, best of 7)" >"$raw/sgemm-t1-r$r.log"
+  echo "sgemm peak 150.0 GFLOP/s (2 threads, dnnl_sgemm 1024^3, best of 7)" >"$raw/sgemm-t2-r$r.log"
+done
+cat >"$raw/ours-fmnist.jsonl" <<'EOF'
+{"event": "epoch", "epoch": 1, "val_acc": 0.89, "elapsed_s": 9.0}
+{"event": "epoch", "epoch": 2, "val_acc": 0.912, "elapsed_s": 18.0}
+{"event": "epoch", "epoch": 3, "val_acc": 0.92, "elapsed_s": 27.0}
+EOF
+cat >"$raw/torch-fmnist.json" <<'EOF'
+{"format": "nchw", "trace": [{"epoch": 1, "val_acc": 0.9, "elapsed_s": 30.0},
+                             {"epoch": 2, "val_acc": 0.915, "elapsed_s": 60.0}]}
+EOF
+cat >"$raw/meta.json" <<'EOF'
+{"date": "2026-01-01 00:00 UTC", "quick": false, "rounds": 2, "tta_epochs": 3, "skip_tta": false,
+ "batch": 64, "cpu": "Test CPU", "cores": "2", "kernel": "k", "ddpv": "ddpv-train 0", "torch": "t",
+ "onednn": "o", "mpi": "m", "cxx": "c", "python": "p", "load_start": "0", "load_end": "0", "wall_s": 60}
+EOF
+cat >"$WORK/doc.md" <<'EOF'
+# Doc
+
+<!-- bench:table:start (scripts/bench.sh UPDATE_DOCS=1 writes this part) -->
+old
+<!-- bench:table:end -->
+
+tail
+EOF
+out=$("$PY" "$SRC/bench/peer/report.py" "$raw" --md "$WORK/latest.md" --png "$WORK/latest.png" \
+      --docs "$WORK/doc.md") || fail "report.py failed: $out"
+md=$(cat "$WORK/latest.md")
+expect() { [[ $md == *"$1"* ]] || fail "latest.md lacks '$1'"; }
+expect "| lenet images/s, 1 rank x 1 thread | 1100 (1000-1200) | 450 (400-500) | 2.44x | >= 2.5x | no |"
+expect "| lenet images/s, 2 ranks x 1 thread | 2100 (2000-2200) | 700 (700-700) | 3.00x | >= 2.5x | yes |"
+expect "| resnet20 images/s, 2 ranks x 1 thread | 400 (400-400) | 160 (160-160) | 2.50x | >= 1.2x | yes |"
+expect "| lenet scaling 1 -> 2 ranks | 1.91x | 1.56x | 1.23x | >= 1.95x (ours) | no |"
+expect "| resnet20 scaling 1 -> 2 ranks | 2.00x | 1.60x | 1.25x | >= 1.95x (ours) | yes |"
+# 400 images/s x 0.245 = 98 GFLOP/s of a 2 x 100 GFLOP/s peak.
+expect "| resnet20 GFLOP/s, 2 ranks (% of 2-core sgemm peak) | 98.0 (49.0%) | 39.2 (19.6%) | 2.50x |"
+expect "| 18.0 s (epoch 2) | 60.0 s (epoch 2) | 0.30x | <= 0.33x | yes |"
+expect "a 2-thread sgemm gave 150.0 GFLOP/s"
+[[ $(head -c 8 "$WORK/latest.png" | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]] || fail "not a PNG"
+doc=$(cat "$WORK/doc.md")
+[[ $doc == *"| lenet images/s, 2 ranks x 1 thread | 2100"* && $doc != *old* && $doc == *tail ]] ||
+  fail "the docs table was not replaced between the markers: $doc"
+
+# The peer itself: 2 ranks, both memory formats, then time-to-accuracy on a tiny store.
+json=$("$PY" "$SRC/bench/peer/torch_ddp.py" --model lenet --world-size 2 --warmup 1 --steps 2 \
+       --json "$WORK/peer.json" 2>&1 | tail -n 1) || fail "torch_ddp.py synthetic failed: $json"
+"$PY" - "$WORK/peer.json" <<'EOF' || fail "peer synthetic result: $json"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["world_size"] == 2 and set(r["formats"]) == {"nchw", "channels_last"}, r
+assert r["images_per_s"] == max(f["images_per_s"] for f in r["formats"].values()) > 0, r
+EOF
+make_store "$WORK" --train 512 --test 128
+"$PY" "$SRC/bench/peer/torch_ddp.py" --fashion-mnist "$WORK/tiny.h5" --world-size 2 --epochs 3 \
+  --batch-size 32 --lr 0.05 --target 0.5 --json "$WORK/tta.json" >/dev/null 2>&1 ||
+  fail "torch_ddp.py --fashion-mnist failed"
+"$PY" - "$WORK/tta.json" <<'EOF' || fail "peer time-to-accuracy result: $(cat "$WORK/tta.json")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+# The bars are easy: 50% within 3 epochs; the run stops at the first epoch that reaches it.
+assert r["reached_epoch"] is not None and r["trace"][-1]["epoch"] == r["reached_epoch"], r
+assert r["trace"][-1]["val_acc"] >= 0.5 and r["time_to_target_s"] > 0, r
+EOF
+echo "bench peer and report: ok"
