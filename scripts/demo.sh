@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 BIN=$BUILD_DIR/bin
 OUT=$BUILD_DIR/demo
-EPOCHS=${EPOCHS:-3}
+EPOCHS=${EPOCHS:-4}
 PY=/usr/bin/python3
 FMNIST=/usr/share/datasets/fashion-mnist
 mkdir -p "$OUT"

@@ -194,6 +194,7 @@ TrainSummary Trainer::Impl::run() {
     if (epoch_step < steps_per_epoch) break;  // stopped inside the epoch
     ++epoch;
     epoch_step = 0;
+    const auto t_pause = Clock::now();  // evaluation and checkpoints are not training time
     double val_loss = std::numeric_limits<double>::quiet_NaN(), val_acc = val_loss;
     if (val_source) evaluate(&val_loss, &val_acc);
     last_val_loss = val_loss;
@@ -204,6 +205,7 @@ TrainSummary Trainer::Impl::run() {
         epoch % o.checkpoint_every == 0) {
       save("epoch");
     }
+    log_start += Clock::now() - t_pause;
   }
   if (!o.checkpoint_dir.empty() && last_checkpoint_step != step) {
     save(stop_signal ? signal_name(stop_signal) : "end");
