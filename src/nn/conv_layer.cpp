@@ -1,14 +1,15 @@
 // Conv2d and BatchNorm2d layers over the backend's conv and batchnorm ops.
 #include "ddpv/nn/layers.hpp"
+#include "nn/weighted_layer.hpp"
 
 namespace ddpv {
 namespace {
 
-class Conv2dLayer final : public Layer {
+class Conv2dLayer final : public WeightedLayer<Conv2dOp> {
  public:
   Conv2dLayer(const std::string& name, int out_channels, int kernel, int stride, int padding,
               bool bias, bool fan_out_init)
-      : Layer(name), bias_(bias), fan_out_init_(fan_out_init) {
+      : WeightedLayer(name, bias), fan_out_init_(fan_out_init) {
     cfg_.out_channels = out_channels;
     cfg_.kernel = kernel;
     cfg_.stride = stride;
@@ -28,35 +29,10 @@ class Conv2dLayer final : public Layer {
     out_ = Shape{cfg_.out_h(), cfg_.out_w(), cfg_.out_channels};
     op_ = backend.conv2d(cfg_);
     const int64_t k2 = static_cast<int64_t>(cfg_.kernel) * cfg_.kernel;
-    weight_ = {name_ + ".weight",
-               Shape{cfg_.out_channels, cfg_.in_channels, cfg_.kernel, cfg_.kernel},
-               true,
-               fan_out_init_ ? Init::kNormalFanOut : Init::kUniformFanIn,
-               cfg_.in_channels * k2,
-               cfg_.out_channels * k2};
-    bias_slot_ = {name_ + ".bias", Shape{cfg_.out_channels}, false, Init::kUniformFanIn,
-                  cfg_.in_channels * k2, cfg_.out_channels * k2};
+    declare(Shape{cfg_.out_channels, cfg_.in_channels, cfg_.kernel, cfg_.kernel},
+            cfg_.out_channels, fan_out_init_ ? Init::kNormalFanOut : Init::kUniformFanIn,
+            cfg_.in_channels * k2, cfg_.out_channels * k2);
     return out_;
-  }
-
-  void collect(std::vector<ParamSlot*>& params, std::vector<ParamSlot*>&) override {
-    params.push_back(&weight_);
-    if (bias_) params.push_back(&bias_slot_);
-  }
-
-  void forward(const Tensor& x, Tensor& y, bool) override {
-    check_input(x);
-    op_->forward(static_cast<int>(x.shape()[0]), x.data<float>(), weight_.value,
-                 bias_ ? bias_slot_.value : nullptr, y.data<float>());
-  }
-
-  void backward(const Tensor& x, const Tensor&, const Tensor& dy, Tensor* dx, bool accumulate,
-                const GradReadyFn& ready) override {
-    op_->backward(static_cast<int>(x.shape()[0]), x.data<float>(), weight_.value,
-                  dy.data<float>(), dx ? dx->data<float>() : nullptr, weight_.grad,
-                  bias_ ? bias_slot_.grad : nullptr, accumulate);
-    if (bias_) report(bias_slot_, ready);
-    report(weight_, ready);
   }
 
   std::string describe() const override {
@@ -67,9 +43,7 @@ class Conv2dLayer final : public Layer {
 
  private:
   Conv2dConfig cfg_;
-  bool bias_, fan_out_init_;
-  std::unique_ptr<Conv2dOp> op_;
-  ParamSlot weight_, bias_slot_;
+  bool fan_out_init_;
 };
 
 class BatchNorm2dLayer final : public Layer {

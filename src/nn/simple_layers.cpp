@@ -1,5 +1,6 @@
 // Parameter-free layers: ReLU, max/avg/global-average pooling, and Flatten.
 #include "ddpv/nn/layers.hpp"
+#include "nn/weighted_layer.hpp"
 
 namespace ddpv {
 namespace {
@@ -102,9 +103,9 @@ class FlattenLayer final : public Layer {
   }
 };
 
-class LinearLayer final : public Layer {
+class LinearLayer final : public WeightedLayer<LinearOp> {
  public:
-  LinearLayer(const std::string& name, int out_features, bool bias) : Layer(name), bias_(bias) {
+  LinearLayer(const std::string& name, int out_features, bool bias) : WeightedLayer(name, bias) {
     cfg_.out_features = out_features;
     cfg_.bias = bias;
   }
@@ -116,28 +117,9 @@ class LinearLayer final : public Layer {
     cfg_.in_features = static_cast<int>(in[0]);
     out_ = Shape{cfg_.out_features};
     op_ = backend.linear(cfg_);
-    weight_ = {name_ + ".weight", Shape{cfg_.out_features, cfg_.in_features}, true,
-               Init::kUniformFanIn, cfg_.in_features, cfg_.out_features};
-    bias_slot_ = {name_ + ".bias", Shape{cfg_.out_features}, false, Init::kUniformFanIn,
-                  cfg_.in_features, cfg_.out_features};
+    declare(Shape{cfg_.out_features, cfg_.in_features}, cfg_.out_features, Init::kUniformFanIn,
+            cfg_.in_features, cfg_.out_features);
     return out_;
-  }
-  void collect(std::vector<ParamSlot*>& params, std::vector<ParamSlot*>&) override {
-    params.push_back(&weight_);
-    if (bias_) params.push_back(&bias_slot_);
-  }
-  void forward(const Tensor& x, Tensor& y, bool) override {
-    check_input(x);
-    op_->forward(static_cast<int>(x.shape()[0]), x.data<float>(), weight_.value,
-                 bias_ ? bias_slot_.value : nullptr, y.data<float>());
-  }
-  void backward(const Tensor& x, const Tensor&, const Tensor& dy, Tensor* dx, bool accumulate,
-                const GradReadyFn& ready) override {
-    op_->backward(static_cast<int>(x.shape()[0]), x.data<float>(), weight_.value,
-                  dy.data<float>(), dx ? dx->data<float>() : nullptr, weight_.grad,
-                  bias_ ? bias_slot_.grad : nullptr, accumulate);
-    if (bias_) report(bias_slot_, ready);
-    report(weight_, ready);
   }
   std::string describe() const override {
     return name_ + ": linear, " + in_.str() + " -> " + out_.str();
@@ -145,9 +127,6 @@ class LinearLayer final : public Layer {
 
  private:
   LinearConfig cfg_;
-  bool bias_;
-  std::unique_ptr<LinearOp> op_;
-  ParamSlot weight_, bias_slot_;
 };
 
 }  // namespace
