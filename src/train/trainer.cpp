@@ -179,6 +179,11 @@ TrainSummary Trainer::Impl::run() {
     const auto t_train = Clock::now();
     while (epoch_step < steps_per_epoch && !stop) {
       train_step();
+      if (step - run_start_step == kWarmupSteps) {
+        warm_images = images;
+        warm_start = Clock::now();
+        paused_at_warm = paused;
+      }
       if (o.max_steps > 0 && step >= o.max_steps) stop = true;
       if (o.run_steps > 0 && step - run_start_step >= o.run_steps) stop = true;
       if (bar.enabled()) {
@@ -206,7 +211,10 @@ TrainSummary Trainer::Impl::run() {
       save("epoch");
     }
     log_start += Clock::now() - t_pause;
+    paused += seconds_since(t_pause);
   }
+  train_end = Clock::now();
+  paused_at_end = paused;
   if (!o.checkpoint_dir.empty() && last_checkpoint_step != step) {
     save(stop_signal ? signal_name(stop_signal) : "end");
   }

@@ -84,6 +84,13 @@ struct Trainer::Impl {
   // measurements
   Clock::time_point run_start;
   double train_seconds = 0, data_wait = 0, comm_wait = 0;
+  // Note [Steady throughput]: the first steps of a run build oneDNN primitives and touch fresh
+  // memory, so the summary's images_per_s counts from the end of step kWarmupSteps of the run
+  // (when the run has at least 2 * kWarmupSteps steps), less evaluation and checkpoint pauses;
+  // images_per_s_all keeps the whole run.
+  static constexpr int64_t kWarmupSteps = 5;
+  double warm_images = -1, paused = 0, paused_at_warm = 0, paused_at_end = 0;
+  Clock::time_point warm_start, train_end;
   double images = 0;  // global samples trained on in this run
   StepTotals epoch_totals, log_totals;
   Clock::time_point log_start;

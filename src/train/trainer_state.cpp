@@ -139,7 +139,13 @@ TrainSummary Trainer::Impl::finish() {
   TrainSummary s;
   s.steps = step;
   s.epochs = epoch;
-  s.images_per_s = images / std::max(train_seconds, 1e-9);
+  const double all_rate = images / std::max(train_seconds, 1e-9);
+  s.images_per_s = all_rate;
+  if (warm_images >= 0 && step - run_start_step >= 2 * kWarmupSteps) {  // Note [Steady throughput]
+    const double t = std::chrono::duration<double>(train_end - warm_start).count() -
+                     (paused_at_end - paused_at_warm);
+    s.images_per_s = (images - warm_images) / std::max(t, 1e-9);
+  }
   s.train_loss = epoch_totals.loss();
   s.train_acc = epoch_totals.acc();
   s.val_loss = last_val_loss;
@@ -156,6 +162,7 @@ TrainSummary Trainer::Impl::finish() {
                     .add("event", "summary")
                     .add("model", o.model)
                     .add("images_per_s", s.images_per_s)
+                    .add("images_per_s_all", all_rate)
                     .add("val_acc", s.val_acc)
                     .add("val_loss", s.val_loss)
                     .add("train_loss", s.train_loss)
