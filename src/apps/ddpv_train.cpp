@@ -136,10 +136,10 @@ int main(int argc, char** argv) {
     const ddpv::TrainSummary s = trainer.run();
     if (world.is_root()) {
       std::printf("done: %lld epochs, %lld steps in %s; val_acc %.4f val_loss %.4f; %.0f img/s "
-                  "(%d ranks x batch %lld); comm wait %.2f s, data wait %.2f s\n",
+                  "(%d rank%s x batch %lld); comm wait %.2f s, data wait %.2f s\n",
                   static_cast<long long>(s.epochs), static_cast<long long>(s.steps),
                   ddpv::format_duration(s.elapsed_s).c_str(), s.val_acc, s.val_loss,
-                  s.images_per_s, s.world_size, static_cast<long long>(o.batch_size),
+                  s.images_per_s, s.world_size, s.world_size == 1 ? "" : "s", static_cast<long long>(o.batch_size),
                   s.comm_wait_s, s.data_wait_s);
       if (!s.last_checkpoint.empty()) std::printf("checkpoint: %s\n", s.last_checkpoint.c_str());
       if (!o.metrics.empty()) std::printf("metrics: %s\n", o.metrics.c_str());
