@@ -1,5 +1,6 @@
 // The training loop: set-up of backend, data, model and communication, then the steps.
 #include <cmath>
+#include <filesystem>
 #include <cstdio>
 #include <limits>
 
@@ -78,6 +79,14 @@ void Trainer::Impl::build_model() {
   const auto warmup = static_cast<int64_t>(std::llround(o.warmup_epochs * steps_per_epoch));
   schedule.emplace(parse_lr_shape(o.lr_schedule), o.lr, total, warmup);
 
+  if (world.is_root() && !o.checkpoint_dir.empty()) {
+    // Fail at start-up, not after the first epoch, when the directory cannot be made.
+    std::error_code ec;
+    std::filesystem::create_directories(o.checkpoint_dir, ec);
+    DDPV_CHECK(!ec && std::filesystem::is_directory(o.checkpoint_dir), "--checkpoint-dir ",
+               o.checkpoint_dir, ": cannot create it (", ec.message(),
+               "); give a writable directory");
+  }
   resume();  // loads on rank 0, or keeps the fresh initialisation
   broadcast_parameters(*model, *comm);  // every rank starts from rank 0's model
   comm->broadcast(model->momentum_data(),

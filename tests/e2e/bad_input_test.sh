@@ -26,6 +26,9 @@ expect 2 "cannot read the file" -- "${MPI2[@]}" "${T[@]}" --config "$WORK/nope.c
 expect nonzero "$WORK/missing.h5" -- "${MPI2[@]}" "${T[@]}" --data "$WORK/missing.h5"
 echo "not hdf5" >"$WORK/bad.h5"
 expect nonzero "$WORK/bad.h5" -- "${MPI2[@]}" "${T[@]}" --data "$WORK/bad.h5"
+expect nonzero "checkpoint-dir /proc/ddpv-nope: cannot create it" -- "${MPI2[@]}" "${T[@]}" --data "$WORK/tiny.h5" --checkpoint-dir /proc/ddpv-nope
+expect nonzero "cannot open metrics file" -- "${MPI2[@]}" "${T[@]}" --data "$WORK/tiny.h5" --metrics /proc/ddpv-nope/m.jsonl
+expect nonzero "not a ddpvision checkpoint" -- "${MPI2[@]}" "${T[@]}" --data "$WORK/tiny.h5" --resume "$WORK/tiny.h5"
 expect nonzero "no such split" -- "${MPI2[@]}" "${T[@]}" --data "$WORK/tiny.h5" --val-split val
 # A config file supplies options; the command line wins over it.
 printf 'model = lenet\nepochs = 1\nbatch-size = 16\nlr = 5\n' >"$WORK/run.cfg"
