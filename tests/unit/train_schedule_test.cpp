@@ -1,0 +1,85 @@
+// Learning-rate schedules against their closed forms, and option validation.
+#include <cmath>
+
+#include "ddpv/train/options.hpp"
+#include "ddpv/train/schedule.hpp"
+#include "support/test_support.hpp"
+
+namespace ddpv {
+namespace {
+
+TEST(LrSchedule, WarmupRisesLinearlyToTheBase) {
+  LrSchedule s(LrShape::kConstant, 0.4, 100, 10);
+  for (int64_t t = 0; t < 10; ++t) EXPECT_DOUBLE_EQ(s.at(t), 0.4 * (t + 1) / 10.0) << t;
+  for (int64_t t = 10; t < 100; ++t) EXPECT_DOUBLE_EQ(s.at(t), 0.4) << t;
+}
+
+TEST(LrSchedule, StepDividesByTenAtHalfAndThreeQuarters) {
+  LrSchedule s(LrShape::kStep, 1.0, 200, 0);
+  EXPECT_DOUBLE_EQ(s.at(0), 1.0);
+  EXPECT_DOUBLE_EQ(s.at(99), 1.0);
+  EXPECT_DOUBLE_EQ(s.at(100), 0.1);
+  EXPECT_DOUBLE_EQ(s.at(149), 0.1);
+  EXPECT_NEAR(s.at(150), 0.01, 1e-15);
+  EXPECT_NEAR(s.at(199), 0.01, 1e-15);
+}
+
+TEST(LrSchedule, CosineFollowsHalfACosineAfterWarmup) {
+  const double base = 0.2;
+  LrSchedule s(LrShape::kCosine, base, 110, 10);
+  EXPECT_DOUBLE_EQ(s.at(9), base);  // the last warmup step reaches the base
+  for (int64_t t = 10; t < 110; ++t) {
+    const double progress = (t - 10) / 100.0;
+    EXPECT_NEAR(s.at(t), base * 0.5 * (1 + std::cos(M_PI * progress)), 1e-12) << t;
+  }
+  EXPECT_NEAR(s.at(60), base / 2, 1e-12);
+  EXPECT_THROW(parse_lr_shape("linear"), Error);
+}
+
+TEST(Options, ValidationNamesTheOption) {
+  TrainOptions o;
+  o.synthetic = true;
+  EXPECT_NO_THROW(validate_options(o, false));
+  auto message = [](TrainOptions bad) {
+    try {
+      validate_options(bad, false);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  TrainOptions a = o;
+  a.batch_size = 0;
+  EXPECT_NE(message(a).find("--batch-size"), std::string::npos);
+  TrainOptions b = o;
+  b.nesterov = true;
+  b.momentum = 0;
+  EXPECT_NE(message(b).find("--nesterov"), std::string::npos);
+  TrainOptions c = o;
+  c.precision = "bf16";
+  EXPECT_NE(message(c).find("CUDA"), std::string::npos);
+  EXPECT_NO_THROW(validate_options(c, true));
+  TrainOptions d = o;
+  d.data = "x.h5";
+  EXPECT_NE(message(d).find("exclude each other"), std::string::npos);
+  TrainOptions e = o;
+  e.resume = "auto";
+  EXPECT_NE(message(e).find("--checkpoint-dir"), std::string::npos);
+  TrainOptions f = o;
+  f.lr_schedule = "linear";
+  EXPECT_NE(message(f).find("--lr-schedule"), std::string::npos);
+}
+
+// The config rendering stored in checkpoints uses the command line's keys.
+TEST(Options, ConfigRenderingUsesOptionNames) {
+  TrainOptions o;
+  o.model = "resnet20";
+  o.augment = false;
+  const std::string cfg = options_to_config(o);
+  EXPECT_NE(cfg.find("model = resnet20\n"), std::string::npos);
+  EXPECT_NE(cfg.find("no-augment = true\n"), std::string::npos);
+  EXPECT_NE(cfg.find("batch-size = 64\n"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ddpv
