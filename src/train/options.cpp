@@ -1,5 +1,9 @@
 // Option checks and the config-file rendering of TrainOptions.
+#include <sched.h>
+
+#include <algorithm>
 #include <sstream>
+#include <thread>
 
 #include "ddpv/nn/model.hpp"
 #include "ddpv/train/options.hpp"
@@ -58,7 +62,7 @@ void validate_options(const TrainOptions& o, bool cuda_device) {
   require(one_of(o.mpi_progress, {"thread", "nonblocking"}),
           "--mpi-progress must be thread or nonblocking");
   require(o.comm_timeout > 0, "--comm-timeout must be positive (seconds)");
-  require(o.threads >= 0, "--threads must be >= 0 (0: the runtime's default)");
+  require(o.threads >= 0, "--threads must be >= 0 (0: the node's cores shared among its ranks)");
   require(o.checkpoint_every >= 0, "--checkpoint-every must be >= 0 (0: only at the end)");
   require(o.keep_checkpoints >= 0, "--keep-checkpoints must be >= 0 (0: keep all)");
   require(o.resume != "auto" || !o.checkpoint_dir.empty(),
@@ -66,6 +70,16 @@ void validate_options(const TrainOptions& o, bool cuda_device) {
   require(o.log_every >= 1, "--log-every must be at least 1");
   require(o.cache_mb >= 0, "--cache-mb must be >= 0");
   require(o.synthetic_size >= 1, "--synthetic-size must be at least 1");
+}
+
+int auto_threads(int ranks_on_node) {
+  cpu_set_t set;
+  int cpus = 0;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) cpus = CPU_COUNT(&set);
+  if (cpus <= 0) cpus = static_cast<int>(std::thread::hardware_concurrency());
+  // Ranks bound to their own cores see only those; unbound ranks see the whole node.
+  const bool bound = cpus < static_cast<int>(std::thread::hardware_concurrency());
+  return std::max(1, bound ? cpus : cpus / std::max(ranks_on_node, 1));
 }
 
 std::string options_to_config(const TrainOptions& o) {

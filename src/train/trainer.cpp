@@ -23,7 +23,7 @@ Trainer::Impl::Impl(const TrainOptions& options, World& w)
   BackendOptions bo;
   bo.device = resolve_device(o.device);
   bo.device_index = world.device_index();
-  bo.threads = o.threads;
+  bo.threads = o.threads > 0 ? o.threads : auto_threads(world.local_size());  // Note [Threads per rank]
   bo.precision = parse_precision(o.precision);
   bo.deterministic = o.deterministic;
   backend = make_backend(bo);

@@ -22,7 +22,7 @@ struct TrainOptions {
   std::string device = "auto";      // auto | cpu | cuda
   std::string precision = "fp32";   // fp32 | bf16 | fp16 (CUDA only)
   std::string reduce_dtype = "fp32";  // fp32 | bf16 (CUDA only)
-  int threads = 1;                  // CPU threads per rank (0: the runtime's default)
+  int threads = 0;                  // CPU threads per rank (0: auto, see auto_threads())
   // schedule
   int64_t epochs = 1;
   int64_t max_steps = 0;            // 0: no limit; else stop after this many steps in total
@@ -61,6 +61,12 @@ class UsageError : public std::runtime_error {
 // Checks the options for consistency (ranges, combinations, CUDA-only settings on a CPU run)
 // and throws a UsageError naming the option and what to do; runs before any training.
 void validate_options(const TrainOptions& o, bool cuda_device);
+
+// Note [Threads per rank]: --threads 0 (the default) gives each rank the CPUs it may run on
+// (its affinity mask) divided by the ranks sharing its node, at least 1: `mpirun -np 2` on a
+// 2-core node runs 1 thread per rank, a single rank uses every core, and under Slurm the mask
+// already holds the task's --cpus-per-task CPUs.
+int auto_threads(int ranks_on_node);
 
 // One "key = value" line per option, as a config file takes them (stored in checkpoints).
 std::string options_to_config(const TrainOptions& o);
