@@ -93,6 +93,12 @@ void Trainer::Impl::resume() {
     DDPV_WARN("resuming a run of ", meta.world_size, " ranks on ", world.size(),
               ": the model and optimizer continue exactly, the data order does not");
   }
+  const int64_t global_batch = o.batch_size * world.size() * o.accum_steps;
+  if (meta.global_batch != global_batch && epoch_step > 0) {
+    DDPV_WARN("resuming mid-epoch with a global batch of ", global_batch, " where the checkpoint ",
+              "had ", meta.global_batch, ": the position inside epoch ", epoch + 1,
+              " is counted in the new batches, so some samples of it are seen twice or not at all");
+  }
   DDPV_INFO("resumed from ", path, " at epoch ", epoch, " step ", step);
 }
 
