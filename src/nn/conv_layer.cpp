@@ -18,9 +18,7 @@ class Conv2dLayer final : public WeightedLayer<Conv2dOp> {
   }
 
   Shape setup(Backend& backend, const Shape& in) override {
-    DDPV_CHECK(in.rank() == 3, "layer ", name_, ": needs an (H, W, C) input, got ", in.str());
-    backend_ = &backend;
-    in_ = in;
+    setup_image_input(backend, in);
     cfg_.in_h = static_cast<int>(in[0]);
     cfg_.in_w = static_cast<int>(in[1]);
     cfg_.in_channels = static_cast<int>(in[2]);
@@ -51,9 +49,8 @@ class BatchNorm2dLayer final : public Layer {
   explicit BatchNorm2dLayer(const std::string& name) : Layer(name) {}
 
   Shape setup(Backend& backend, const Shape& in) override {
-    DDPV_CHECK(in.rank() == 3, "layer ", name_, ": needs an (H, W, C) input, got ", in.str());
-    backend_ = &backend;
-    in_ = out_ = in;
+    setup_image_input(backend, in);
+    out_ = in;
     BatchNormConfig cfg;
     cfg.h = static_cast<int>(in[0]);
     cfg.w = static_cast<int>(in[1]);

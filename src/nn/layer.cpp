@@ -25,6 +25,12 @@ void Layer::check_input(const Tensor& x) const {
   }
 }
 
+void Layer::setup_image_input(Backend& backend, const Shape& in) {
+  DDPV_CHECK(in.rank() == 3, "layer ", name_, ": needs an (H, W, C) input, got ", in.str());
+  backend_ = &backend;
+  in_ = in;
+}
+
 std::string Layer::describe() const {
   return name_ + ": " + in_.str() + " -> " + out_.str();
 }

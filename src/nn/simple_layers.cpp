@@ -34,9 +34,7 @@ class PoolLayer final : public Layer {
     cfg_.padding = padding;
   }
   Shape setup(Backend& backend, const Shape& in) override {
-    DDPV_CHECK(in.rank() == 3, "layer ", name_, ": needs an (H, W, C) input, got ", in.str());
-    backend_ = &backend;
-    in_ = in;
+    setup_image_input(backend, in);
     cfg_.in_h = static_cast<int>(in[0]);
     cfg_.in_w = static_cast<int>(in[1]);
     cfg_.channels = static_cast<int>(in[2]);
@@ -70,9 +68,7 @@ class FlattenLayer final : public Layer {
  public:
   using Layer::Layer;
   Shape setup(Backend& backend, const Shape& in) override {
-    DDPV_CHECK(in.rank() == 3, "layer ", name_, ": needs an (H, W, C) input, got ", in.str());
-    backend_ = &backend;
-    in_ = in;
+    setup_image_input(backend, in);
     out_ = Shape{in.numel()};
     return out_;
   }

@@ -57,6 +57,8 @@ class Layer {
  protected:
   // Throws ddpv::Error naming the layer and both shapes when x is not (N, in_shape...).
   void check_input(const Tensor& x) const;
+  // For layers over images: checks that `in` is (H, W, C), records it and the backend.
+  void setup_image_input(Backend& backend, const Shape& in);
   static void report(const ParamSlot& p, const GradReadyFn& ready) {
     if (ready) ready(p.index);
   }
