@@ -198,7 +198,7 @@ TrainSummary Trainer::Impl::run() {
       if (bar.enabled()) {
         const double rate = images / std::max(train_seconds + seconds_since(t_train), 1e-9);
         const double left = static_cast<double>(steps_per_epoch - epoch_step) *
-                            static_cast<double>(o.batch_size * world.size() * o.accum_steps);
+                            static_cast<double>(global_batch());
         bar.update(epoch + 1, o.epochs, epoch_step, steps_per_epoch, epoch_totals.loss(), rate,
                    left / std::max(rate, 1e-9));
       }

@@ -48,6 +48,7 @@ struct Trainer::Impl {
   void train_step();
   const Tensor& to_device(const Tensor& host, Tensor& device_copy);
   [[noreturn]] void throw_diverged(const std::string& what) const;  // on every rank at once
+  int64_t global_batch() const { return o.batch_size * world.size() * o.accum_steps; }
   // evaluation, checkpoints, resume, reporting (trainer_state.cpp)
   void evaluate(double* loss, double* acc);
   std::string save(const char* why);

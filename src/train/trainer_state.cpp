@@ -55,7 +55,7 @@ std::string Trainer::Impl::save(const char* why) {
     meta.step = step;
     meta.seed = o.seed;
     meta.world_size = world.size();
-    meta.global_batch = o.batch_size * world.size() * o.accum_steps;
+    meta.global_batch = global_batch();
     meta.options = options_to_config(o);
     meta.data = o.synthetic ? "synthetic" : o.data;
     const std::string name = checkpoint_file_name(epoch, step);
@@ -93,9 +93,8 @@ void Trainer::Impl::resume() {
     DDPV_WARN("resuming a run of ", meta.world_size, " ranks on ", world.size(),
               ": the model and optimizer continue exactly, the data order does not");
   }
-  const int64_t global_batch = o.batch_size * world.size() * o.accum_steps;
-  if (meta.global_batch != global_batch && epoch_step > 0) {
-    DDPV_WARN("resuming mid-epoch with a global batch of ", global_batch, " where the checkpoint ",
+  if (meta.global_batch != global_batch() && epoch_step > 0) {
+    DDPV_WARN("resuming mid-epoch with a global batch of ", global_batch(), " where the checkpoint ",
               "had ", meta.global_batch, ": the position inside epoch ", epoch + 1,
               " is counted in the new batches, so some samples of it are seen twice or not at all");
   }
@@ -160,7 +159,7 @@ TrainSummary Trainer::Impl::finish() {
   s.comm_wait_s = comm_wait;
   s.data_wait_s = data_wait;
   s.world_size = world.size();
-  s.global_batch = o.batch_size * world.size() * o.accum_steps;
+  s.global_batch = global_batch();
   s.stopped_by_signal = stop_signal != 0;
   s.stop_signal = stop_signal;
   s.last_checkpoint = last_checkpoint;
