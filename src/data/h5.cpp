@@ -252,48 +252,39 @@ void read_dataset(hid_t loc, const std::string& name, hid_t mem_type, void* data
                   "cannot read dataset '", name, "'");
 }
 
+namespace {
+// A whole dataset converted by HDF5 to `mem_type`, with its dims when asked.
+template <typename T>
+std::vector<T> read_whole(hid_t loc, const std::string& name, hid_t mem_type, const char* type_name,
+                          std::vector<int64_t>* dims) {
+  Handle ds = open_dataset(loc, name);
+  std::vector<int64_t> d = dataset_dims(ds.get());
+  int64_t n = 1;
+  for (int64_t x : d) n *= x;
+  std::vector<T> out(static_cast<size_t>(n));
+  DDPV_HDF5_CHECK(H5Dread(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()),
+                  "cannot read dataset '", name, "' as ", type_name);
+  if (dims) *dims = std::move(d);
+  return out;
+}
+}  // namespace
+
 void write_f32(hid_t loc, const std::string& name, const std::vector<int64_t>& dims,
                const float* data) {
   write_dataset(loc, name, dims, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, data);
 }
 
 std::vector<float> read_f32(hid_t loc, const std::string& name, std::vector<int64_t>* dims) {
-  Handle ds = open_dataset(loc, name);
-  std::vector<int64_t> d = dataset_dims(ds.get());
-  int64_t n = 1;
-  for (int64_t x : d) n *= x;
-  std::vector<float> out(static_cast<size_t>(n));
-  DDPV_HDF5_CHECK(H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()),
-                  "cannot read dataset '", name, "' as float");
-  if (dims) *dims = std::move(d);
-  return out;
+  return read_whole<float>(loc, name, H5T_NATIVE_FLOAT, "float", dims);
 }
 
 void write_i64(hid_t loc, const std::string& name, const std::vector<int64_t>& dims,
                const int64_t* data) {
-  if (!dims.empty()) {
-    write_dataset(loc, name, dims, H5T_STD_I64LE, H5T_NATIVE_INT64, data);
-    return;
-  }
-  Handle space(DDPV_HDF5_CHECK(H5Screate(H5S_SCALAR), "cannot create scalar dataspace"), H5Sclose);
-  Handle ds(DDPV_HDF5_CHECK(H5Dcreate2(loc, name.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT,
-                                       H5P_DEFAULT, H5P_DEFAULT),
-                            "cannot create dataset '", name, "'"),
-            H5Dclose);
-  DDPV_HDF5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, data),
-                  "cannot write dataset '", name, "'");
+  write_dataset(loc, name, dims, H5T_STD_I64LE, H5T_NATIVE_INT64, data);  // empty dims: a scalar
 }
 
 std::vector<int64_t> read_i64(hid_t loc, const std::string& name, std::vector<int64_t>* dims) {
-  Handle ds = open_dataset(loc, name);
-  std::vector<int64_t> d = dataset_dims(ds.get());
-  int64_t n = 1;
-  for (int64_t x : d) n *= x;
-  std::vector<int64_t> out(static_cast<size_t>(n));
-  DDPV_HDF5_CHECK(H5Dread(ds.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()),
-                  "cannot read dataset '", name, "' as int64");
-  if (dims) *dims = std::move(d);
-  return out;
+  return read_whole<int64_t>(loc, name, H5T_NATIVE_INT64, "int64", dims);
 }
 
 }  // namespace ddpv::h5
