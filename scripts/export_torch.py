@@ -48,6 +48,23 @@ def read_int(attrs, name, where):
     return int(attrs[name])
 
 
+def open_ddpv_file(h5py, path, what, fmt, hint):
+    """Opens a ddpvision HDF5 file read-only after checking that it exists, is HDF5 and carries
+    the root attribute format = `fmt`; `what` names it in errors ("checkpoint", "store")."""
+    if not os.path.isfile(path):
+        raise UserError(f"{what} {path} does not exist")
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:
+        raise UserError(f"{what} {path} cannot be read as HDF5 (truncated or corrupt?): {e}")
+    if f.attrs.get("format", b"") not in (fmt.encode(), fmt):
+        f.close()
+        article = "an" if what[0] in "aeiou" else "a"
+        raise UserError(f"{path} is not {article} ddpvision {what.replace('store', 'image store')} "
+                        f"({hint})")
+    return f
+
+
 def load_checkpoint(path):
     """Returns (torch module with the checkpoint's state, metadata dict)."""
     import h5py
@@ -57,16 +74,8 @@ def load_checkpoint(path):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from ddpv_torch import make_model
 
-    if not os.path.isfile(path):
-        raise UserError(f"checkpoint {path} does not exist")
-    try:
-        f = h5py.File(path, "r")
-    except OSError as e:
-        raise UserError(f"checkpoint {path} cannot be read as HDF5 (truncated or corrupt?): {e}")
-    with f:
-        if f.attrs.get("format", b"") not in (b"ddpvision-checkpoint", "ddpvision-checkpoint"):
-            raise UserError(f"{path} is not a ddpvision checkpoint (no format attribute "
-                            "'ddpvision-checkpoint')")
+    with open_ddpv_file(h5py, path, "checkpoint", "ddpvision-checkpoint",
+                        "no format attribute 'ddpvision-checkpoint'") as f:
         meta = {k: read_int(f.attrs, k, path)
                 for k in ("format_version", "height", "width", "channels", "num_classes",
                           "epoch", "step")}
@@ -104,16 +113,8 @@ def evaluate(model, meta, data, split, batch_size):
     import torch
     import torch.nn.functional as F
 
-    if not os.path.isfile(data):
-        raise UserError(f"store {data} does not exist")
-    try:
-        f = h5py.File(data, "r")
-    except OSError as e:
-        raise UserError(f"store {data} cannot be read as HDF5: {e}")
-    with f:
-        fmt = f.attrs.get("format", b"")
-        if fmt not in (b"ddpvision-image-store", "ddpvision-image-store"):
-            raise UserError(f"{data} is not a ddpvision image store (see docs/data-format.md)")
+    with open_ddpv_file(h5py, data, "store", "ddpvision-image-store",
+                        "see docs/data-format.md") as f:
         if split not in f or "images" not in f[split] or "labels" not in f[split]:
             have = ", ".join(k for k in f.keys()) or "none"
             raise UserError(f"{data} has no split '{split}' (splits: {have}); pass --split")
