@@ -22,8 +22,9 @@ all: build
 deps:
 	scripts/install-deps.sh
 
+# A failed configure leaves a CMakeCache.txt behind; remove it so the next `make` configures again.
 $(BUILD_DIR)/CMakeCache.txt: | deps
-	cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS)
+	cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS) || { rm -f $@; exit 1; }
 
 configure: deps
 	cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS)

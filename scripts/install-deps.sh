@@ -12,7 +12,7 @@ packages=(
   openmpi-bin libopenmpi-dev          # MPI launcher and library
   libhdf5-dev hdf5-tools              # image store and checkpoints; h5dump in tests
   libboost-program-options-dev        # command-line parsing
-  libdnnl-dev                         # oneDNN, the CPU backend
+  libdnnl-dev ocl-icd-opencl-dev      # oneDNN, the CPU backend (its CMake config wants OpenCL)
   libgtest-dev googletest             # unit and MPI tests
   libbenchmark-dev                    # bench/
   zlib1g-dev libjpeg-dev libpng-dev   # ddpv-convert: gzip IDX, JPEG, PNG
