@@ -2,6 +2,7 @@
 // algorithms found once per shape and a private NHWC (KRSC) copy of the OIHW filter.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "backend/cuda/cuda_context.hpp"
@@ -24,11 +25,16 @@ namespace {
 // a key of the shape, so ResNet's repeated blocks and all later steps reuse it. Deterministic
 // runs take the fastest deterministic algorithm; fp32 runs take only FMA (no TF32) algorithms so
 // that they match the CPU backend; algorithms needing more than kMaxWorkspace are skipped.
+//
+// Note [bf16 fallback]: cuDNN's bf16 NHWC kernels are written for channel counts in multiples
+// of 8; for others (an RGB stem, lenet's grey input) it may offer none. Rather than fail the
+// run, such a layer switches itself to fp32 for good, with a warning naming it; every other
+// layer stays bf16.
 constexpr size_t kMaxWorkspace = size_t{2} << 30;
 
 template <typename Perf>
-ConvAlgo pick_algo(const Perf* perf, int count, bool deterministic, bool fp32,
-                   const std::string& key) {
+std::optional<ConvAlgo> pick_algo(const Perf* perf, int count, bool deterministic, bool fp32,
+                                  const std::string& key) {
   for (int i = 0; i < count; ++i) {
     const Perf& p = perf[i];
     if (p.status != CUDNN_STATUS_SUCCESS || p.memory > kMaxWorkspace) continue;
@@ -38,8 +44,7 @@ ConvAlgo pick_algo(const Perf* perf, int count, bool deterministic, bool fp32,
                p.memory, " B workspace");
     return ConvAlgo{static_cast<int>(p.algo), fp32 ? CUDNN_FMA_MATH : p.mathType, p.memory};
   }
-  DDPV_FAIL("cuDNN has no usable algorithm for convolution ", key,
-            deterministic ? " in deterministic mode (try without --deterministic)" : "");
+  return std::nullopt;
 }
 
 class CudaConv2d final : public Conv2dOp {
@@ -55,11 +60,7 @@ class CudaConv2d final : public Conv2dOp {
     DDPV_CHECK(cfg.out_h() > 0 && cfg.out_w() > 0, "conv2d: kernel ", cfg.kernel,
                " does not fit the input ", cfg.in_h, "x", cfg.in_w, " with padding ", cfg.padding,
                " (output size would be <= 0); use a smaller kernel or more padding");
-    dtype_ = ctx_->bf16() ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
-    elem_ = ctx_->bf16() ? 2 : 4;
-    DDPV_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_desc_.get(), dtype_, CUDNN_TENSOR_NHWC,
-                                                cfg.out_channels, cfg.in_channels, cfg.kernel,
-                                                cfg.kernel));
+    set_precision(ctx_->bf16());
     DDPV_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv_desc_.get(), cfg.padding, cfg.padding,
                                                      cfg.stride, cfg.stride, 1, 1,
                                                      CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
@@ -69,7 +70,7 @@ class CudaConv2d final : public Conv2dOp {
     DDPV_CHECK(!cfg_.bias || b != nullptr, "conv2d forward: the layer has a bias but b is null");
     set_batch(n);
     const ConvAlgo& a = algo(kFwd);
-    const bool bf16 = ctx_->bf16();
+    const bool bf16 = bf16_;  // after algo(): Note [bf16 fallback]
     ScratchCarver sc(ctx_->scratch(
         ScratchCarver::round(w_count() * elem_) +
         (bf16 ? ScratchCarver::round(x_count() * 2) + ScratchCarver::round(y_count() * 2) : 0)));
@@ -96,9 +97,11 @@ class CudaConv2d final : public Conv2dOp {
     DDPV_CHECK(dw != nullptr, "conv2d backward: dw must not be null");
     DDPV_CHECK(!cfg_.bias || db != nullptr, "conv2d backward: the layer has a bias but db is null");
     set_batch(n);
-    const bool bf16 = ctx_->bf16();
     const ConvAlgo* bd = dx != nullptr ? &algo(kBwdData) : nullptr;
     const ConvAlgo* bf = dw != nullptr ? &algo(kBwdFilter) : nullptr;
+    // A switch to fp32 in the second search (Note [bf16 fallback]) voids the first one.
+    if (bd != nullptr && !have_[kBwdData]) bd = &algo(kBwdData);
+    const bool bf16 = bf16_;
     const size_t wbytes = ScratchCarver::round(w_count() * elem_);
     size_t need = (bd ? wbytes : 0) + (bf ? wbytes : 0);
     if (bf16) {  // dy for both; x for the filter gradient; dx for the data gradient
@@ -151,6 +154,16 @@ class CudaConv2d final : public Conv2dOp {
   int64_t y_count() const { return int64_t{n_} * cfg_.out_h() * cfg_.out_w() * cfg_.out_channels; }
   int64_t w_count() const { return int64_t{cfg_.out_channels} * cfg_.in_channels * kk(); }
 
+  // The data type of x, y and the filter as cuDNN sees them (the arena stays f32).
+  void set_precision(bool bf16) {
+    bf16_ = bf16;
+    dtype_ = bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+    elem_ = bf16 ? 2 : 4;
+    DDPV_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_desc_.get(), dtype_, CUDNN_TENSOR_NHWC,
+                                                cfg_.out_channels, cfg_.in_channels, cfg_.kernel,
+                                                cfg_.kernel));
+  }
+
   void set_batch(int n) {
     DDPV_CHECK(n > 0, "conv2d: batch size must be positive, got ", n);
     if (n == n_) return;
@@ -171,7 +184,7 @@ class CudaConv2d final : public Conv2dOp {
     static const char* const kNames[] = {"fwd", "bwd-data", "bwd-filter"};
     return detail::concat(kNames[d], " n", n_, " c", cfg_.in_channels, " ", cfg_.in_h, "x",
                           cfg_.in_w, " k", cfg_.out_channels, " r", cfg_.kernel, " s", cfg_.stride,
-                          " p", cfg_.padding, ctx_->bf16() ? " bf16" : " fp32",
+                          " p", cfg_.padding, bf16_ ? " bf16" : " fp32",
                           ctx_->deterministic() ? " det" : "");
   }
 
@@ -180,16 +193,29 @@ class CudaConv2d final : public Conv2dOp {
     const std::string k = key(d);
     if (const ConvAlgo* cached = ctx_->cached_algo(k)) {
       algos_[d] = *cached;
-    } else {
-      algos_[d] = find(d, k);
+    } else if (std::optional<ConvAlgo> found = find(d)) {
+      algos_[d] = *found;
       ctx_->cache_algo(k, algos_[d]);
+    } else if (bf16_) {  // Note [bf16 fallback]
+      DDPV_WARN("cuDNN has no bf16 algorithm for convolution ", k,
+                ": this layer computes in fp32 from now on");
+      set_precision(false);
+      const int n = n_;
+      n_ = -1;
+      set_batch(n);  // describes x and y in fp32 and forgets the bf16 choices
+      return algo(d);
+    } else {
+      DDPV_FAIL("cuDNN has no usable algorithm for convolution ", k,
+                ctx_->deterministic() ? " in deterministic mode (try without --deterministic)"
+                                      : "");
     }
     have_[d] = true;
     return algos_[d];
   }
 
-  ConvAlgo find(Direction d, const std::string& k) {
-    const bool fp32 = !ctx_->bf16(), det = ctx_->deterministic();
+  std::optional<ConvAlgo> find(Direction d) {
+    const bool fp32 = !bf16_, det = ctx_->deterministic();
+    const std::string k = key(d);
     DDPV_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_desc_.get(),
                                                  fp32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
     int found = 0;
@@ -216,8 +242,9 @@ class CudaConv2d final : public Conv2dOp {
 
   std::shared_ptr<CudaContext> ctx_;
   Conv2dConfig cfg_;
-  cudnnDataType_t dtype_;
-  size_t elem_;
+  bool bf16_ = false;  // this layer's precision (Note [bf16 fallback])
+  cudnnDataType_t dtype_ = CUDNN_DATA_FLOAT;
+  size_t elem_ = 4;
   TensorDesc x_desc_, y_desc_;
   FilterDesc w_desc_;
   ConvDesc conv_desc_;
