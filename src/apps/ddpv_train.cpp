@@ -42,7 +42,7 @@ po::options_description describe(TrainOptions& o) {
     ("model", po::value(&o.model)->default_value(o.model), "lenet | resnet20 | resnet56 | resnet18 | resnet50")
     ("device", po::value(&o.device)->default_value(o.device), "auto | cpu | cuda (auto: a GPU when one is visible)")
     ("precision", po::value(&o.precision)->default_value(o.precision), "fp32 | bf16 (bf16: CUDA only; fp16: not implemented yet)")
-    ("reduce-dtype", po::value(&o.reduce_dtype)->default_value(o.reduce_dtype), "gradient allreduce type: fp32 (bf16: not implemented yet)")
+    ("reduce-dtype", po::value(&o.reduce_dtype)->default_value(o.reduce_dtype), "gradient allreduce type: fp32, or bf16 (half the bytes, rounded gradients)")
     ("threads", po::value(&o.threads)->default_value(o.threads), "CPU threads per rank (0: this rank's share of the node's cores)");
   po::options_description opt("Optimisation");
   opt.add_options()

@@ -17,6 +17,8 @@ size_t comm_type_size(CommType t) {
       return 4;
     case CommType::kI64:
       return 8;
+    case CommType::kBF16:
+      return 2;
   }
   return 0;
 }

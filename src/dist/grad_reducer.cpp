@@ -1,6 +1,7 @@
 // GradReducer: pending counts per bucket, launches in plan order (Note [Bucket order]).
 #include "ddpv/dist/grad_reducer.hpp"
 
+#include "ddpv/backend/backend.hpp"
 #include "ddpv/core/error.hpp"
 #include "ddpv/core/log.hpp"
 
@@ -10,6 +11,14 @@ GradReducer::GradReducer(BucketPlan plan, Communicator& comm, float* grad_arena,
                          GradReducerOptions options)
     : plan_(std::move(plan)), comm_(comm), grad_(grad_arena), options_(options) {
   DDPV_CHECK(grad_ != nullptr || plan_.total_count() == 0, "GradReducer needs a gradient arena");
+  DDPV_CHECK(options_.reduce_type == CommType::kF32 || options_.reduce_type == CommType::kBF16,
+             "gradients are reduced in f32 or bf16, not in a type of ",
+             comm_type_size(options_.reduce_type), " bytes");
+  if (options_.reduce_type == CommType::kBF16) {
+    DDPV_CHECK(options_.backend != nullptr, "a bf16 gradient reduction needs the backend");
+    reduced_ = Tensor::empty(Shape{plan_.total_count()}, DType::kBF16,
+                             options_.backend->allocator());
+  }
   reset();
 }
 
@@ -68,8 +77,14 @@ void GradReducer::launch_ready_buckets() {
 
 void GradReducer::launch(int bucket) {
   const Bucket& bk = plan_.buckets()[static_cast<size_t>(bucket)];
-  work_.push_back(comm_.allreduce_async(grad_ + bk.offset, bk.count, CommType::kF32,
-                                        ReduceOp::kSum));  // Note [Folded averaging]
+  if (options_.reduce_type == CommType::kBF16) {  // Note [bf16 reduction]
+    uint16_t* half = static_cast<uint16_t*>(reduced_.raw()) + bk.offset;
+    options_.backend->cast_to_bf16(bk.count, grad_ + bk.offset, half);
+    work_.push_back(comm_.allreduce_async(half, bk.count, CommType::kBF16, ReduceOp::kSum));
+  } else {
+    work_.push_back(comm_.allreduce_async(grad_ + bk.offset, bk.count, CommType::kF32,
+                                          ReduceOp::kSum));  // Note [Folded averaging]
+  }
   next_launch_ = bucket + 1;
 }
 
@@ -89,6 +104,10 @@ void GradReducer::wait() {
   }
   reset();
   if (failure) std::rethrow_exception(failure);
+  if (options_.reduce_type == CommType::kBF16) {
+    const auto* sums = static_cast<const uint16_t*>(reduced_.raw());
+    options_.backend->cast_from_bf16(plan_.total_count(), sums, grad_);
+  }
 }
 
 }  // namespace ddpv

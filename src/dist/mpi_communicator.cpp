@@ -1,11 +1,13 @@
 // MpiCommunicator: the CPU backend's collectives, issued by a communication thread (or as
 // non-blocking MPI calls) on a private duplicate of the world communicator.
+#include <array>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "ddpv/core/dtype.hpp"
 #include "ddpv/core/log.hpp"
 #include "ddpv/dist/communicator.hpp"
 #include "dist/mpi_check.hpp"
@@ -23,11 +25,46 @@ MPI_Datatype mpi_type(CommType t) {
       return MPI_INT32_T;
     case CommType::kI64:
       return MPI_INT64_T;
+    case CommType::kBF16:
+      return MPI_UINT16_T;  // Note [bf16 over MPI]
   }
   return MPI_DATATYPE_NULL;
 }
 
-MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::kMax ? MPI_MAX : MPI_SUM; }
+// Note [bf16 over MPI]: MPI has no bf16 type, so bf16 buffers travel as MPI_UINT16_T with our
+// own reduction operators. Each adds (or compares) in f32 and rounds the result to nearest
+// even, as NCCL does for ncclBfloat16. Both are commutative, and IEEE addition is too, so every
+// rank ends with the same bits whatever the reduction tree.
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
+  const auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(b[i]));
+}
+
+void bf16_max(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
+  const auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    if (bf16_to_f32(a[i]) > bf16_to_f32(b[i])) b[i] = a[i];
+  }
+}
+
+// The two operators are made once per process, on first use (after MPI_Init, since a
+// communicator exists), and live until MPI_Finalize frees them.
+MPI_Op mpi_bf16_op(ReduceOp op) {
+  static const std::array<MPI_Op, 2> ops = [] {
+    std::array<MPI_Op, 2> made{MPI_OP_NULL, MPI_OP_NULL};
+    DDPV_MPI_CHECK(MPI_Op_create(&bf16_sum, /*commute=*/1, &made[0]));
+    DDPV_MPI_CHECK(MPI_Op_create(&bf16_max, /*commute=*/1, &made[1]));
+    return made;
+  }();
+  return op == ReduceOp::kMax ? ops[1] : ops[0];
+}
+
+MPI_Op mpi_op(ReduceOp op, CommType type) {
+  if (type == CommType::kBF16) return mpi_bf16_op(op);
+  return op == ReduceOp::kMax ? MPI_MAX : MPI_SUM;
+}
 
 int checked_count(int64_t count) {
   DDPV_CHECK(count >= 0 && count <= INT32_MAX, "collective of ", count,
@@ -36,14 +73,19 @@ int checked_count(int64_t count) {
 }
 
 void check_op(CommType type, ReduceOp op) {
-  DDPV_CHECK(op != ReduceOp::kAvg || type == CommType::kF32 || type == CommType::kF64,
+  DDPV_CHECK(op != ReduceOp::kAvg || type == CommType::kF32 || type == CommType::kF64 ||
+                 type == CommType::kBF16,
              "allreduce average is defined for floating types only");
 }
 
 // MPI has no average: sum, then divide. Dividing (not multiplying by 1/size) keeps an average
 // of equal values exact, e.g. num_batches_tracked in average_buffers.
 void divide(void* data, int64_t count, CommType type, int size) {
-  if (type == CommType::kF32) {
+  if (type == CommType::kBF16) {
+    uint16_t* p = static_cast<uint16_t*>(data);
+    const float d = static_cast<float>(size);
+    for (int64_t i = 0; i < count; ++i) p[i] = f32_to_bf16(bf16_to_f32(p[i]) / d);
+  } else if (type == CommType::kF32) {
     float* p = static_cast<float*>(data);
     const float d = static_cast<float>(size);
     for (int64_t i = 0; i < count; ++i) p[i] /= d;
@@ -55,7 +97,7 @@ void divide(void* data, int64_t count, CommType type, int size) {
 
 void run_allreduce(MPI_Comm comm, int size, void* data, int64_t count, CommType type, ReduceOp op) {
   DDPV_MPI_CHECK(
-      MPI_Allreduce(MPI_IN_PLACE, data, checked_count(count), mpi_type(type), mpi_op(op), comm));
+      MPI_Allreduce(MPI_IN_PLACE, data, checked_count(count), mpi_type(type), mpi_op(op, type), comm));
   if (op == ReduceOp::kAvg) divide(data, count, type, size);
 }
 
@@ -246,7 +288,7 @@ class MpiCommunicator final : public Communicator {
     if (progress_ == MpiProgress::kNonBlocking) {
       auto req = std::make_shared<MPI_Request>(MPI_REQUEST_NULL);
       DDPV_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), mpi_type(type),
-                                    mpi_op(op), q_->comm, req.get()));
+                                    mpi_op(op, type), q_->comm, req.get()));
       outstanding_.push_back(req);
       return std::make_unique<RequestWork>(req, data, count, type, op, q_->size);
     }

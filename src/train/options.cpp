@@ -38,10 +38,6 @@ void validate_options(const TrainOptions& o, bool cuda_device) {
   require(o.precision == "fp32" || cuda_device,
           "--precision " + o.precision + " runs on CUDA devices only; use --precision fp32 on CPU");
   require(one_of(o.reduce_dtype, {"fp32", "bf16"}), "--reduce-dtype must be fp32 or bf16");
-  require(o.reduce_dtype == "fp32" || cuda_device,
-          "--reduce-dtype bf16 is for NCCL on CUDA devices only; leave it at fp32 on CPU");
-  require(o.reduce_dtype == "fp32",
-          "--reduce-dtype bf16 is not implemented yet: gradients are reduced in fp32");
   require(o.precision != "fp16", "--precision fp16 is not implemented: use bf16 (or fp32)");
   require(o.epochs >= 1, "--epochs must be at least 1");
   require(o.max_steps >= 0, "--max-steps must be >= 0 (0: no limit)");

@@ -64,6 +64,8 @@ void Trainer::Impl::build_model() {
   comm->set_timeout(o.comm_timeout);  // the CUDA watchdog; MPI collectives have none
   GradReducerOptions ro;
   ro.overlap = !o.no_overlap;
+  ro.reduce_type = o.reduce_dtype == "bf16" ? CommType::kBF16 : CommType::kF32;
+  ro.backend = backend.get();
   reducer = std::make_unique<GradReducer>(BucketPlan(model->params(), o.bucket_mb), *comm,
                                           model->grad_data(), ro);
   sgd.momentum = static_cast<float>(o.momentum);
@@ -101,7 +103,8 @@ void Trainer::Impl::build_model() {
     DDPV_INFO(model->summary().substr(0, model->summary().find('\n')), "; ", world.size(),
               " rank(s) x batch ", o.batch_size, (o.accum_steps > 1 ? " x accum " : ""),
               (o.accum_steps > 1 ? std::to_string(o.accum_steps) : std::string()), "; ",
-              comm->name(), "; ", reducer->plan().summary());
+              comm->name(), (o.reduce_dtype == "bf16" ? " in bf16" : ""), "; ",
+              reducer->plan().summary());
   }
 }
 

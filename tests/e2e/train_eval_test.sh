@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ddpv-train end to end under mpirun -np 2 on a small store: training, per-epoch evaluation over
-# exactly the validation set, the epoch lines, the metrics file and its summary record.
+# exactly the validation set, the epoch lines, the metrics file and its summary record; and the
+# same with gradients reduced in bf16.
 source "$(dirname "$0")/lib.sh"
 make_store "$WORK" --train 600 --test 203
 mpirun_np 2 "$BIN/ddpv-train" --data "$WORK/tiny.h5" --model lenet --epochs 3 --batch-size 32 \
@@ -24,4 +25,10 @@ if "$PY" -c "import matplotlib" 2>/dev/null; then
   "$PY" "$SRC/scripts/plot_metrics.py" "$WORK/run.jsonl" -o "$WORK/run.png"
   [ -s "$WORK/run.png" ] || fail "no plot written"
 fi
+# Gradients reduced in bf16 (Note [bf16 reduction]) learn the same separable problem.
+mpirun_np 2 "$BIN/ddpv-train" --data "$WORK/tiny.h5" --model lenet --epochs 3 --batch-size 32 \
+  --lr 0.05 --no-augment --reduce-dtype bf16 --metrics "$WORK/bf16.jsonl" >"$WORK/bf16.txt" 2>&1 || { cat "$WORK/bf16.txt"; fail "bf16-reduced training exited non-zero"; }
+grep -q "non-blocking collectives) in bf16" "$WORK/bf16.txt" || { cat "$WORK/bf16.txt"; fail "the start line does not say gradients travel in bf16"; }
+acc=$(json_field "$WORK/bf16.jsonl" summary val_acc)
+"$PY" -c "import sys; a=float('$acc'); sys.exit(0 if a > 0.9 else 1)" || fail "bf16-reduced val_acc $acc <= 0.9"
 echo "PASS"

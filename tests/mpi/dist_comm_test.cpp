@@ -3,10 +3,15 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <vector>
 
+#include "ddpv/backend/backend.hpp"
+#include "ddpv/core/dtype.hpp"
+#include "ddpv/core/rng.hpp"
 #include "ddpv/dist/communicator.hpp"
 #include "ddpv/dist/grad_reducer.hpp"
 #include "ddpv/dist/world.hpp"
@@ -102,6 +107,54 @@ TEST_P(CommTest, AllreduceSumAvgMaxOfEveryType) {
   comm_->barrier();
 }
 
+// bf16 (Note [bf16 over MPI]): small multiples of 0.25 are exact in bf16, so sums, averages
+// (W is a power of two here) and maxima must be exact; random values must be within the
+// rounding of W - 1 additions of the exact sum, and the same bits on every rank.
+TEST_P(CommTest, Bf16AllreduceIsExactWhereBf16IsAndWithinItsRoundingElsewhere) {
+  const int w = comm_->size(), r = comm_->rank();
+  const int64_t n = 5003;
+  std::vector<uint16_t> sum(n), avg(n), mx(n), noisy(n);
+  std::vector<float> mine(n);  // this rank's random values, already rounded to bf16
+  Rng rng(derive_key(11, static_cast<uint64_t>(r)));
+  for (int64_t i = 0; i < n; ++i) {
+    sum[i] = avg[i] = mx[i] = f32_to_bf16(value(r, i));
+    noisy[i] = f32_to_bf16(rng.normal() * (1.0f + static_cast<float>(i % 7)));
+    mine[i] = bf16_to_f32(noisy[i]);
+  }
+  comm_->allreduce(sum.data(), n, CommType::kBF16, ReduceOp::kSum);
+  comm_->allreduce(avg.data(), n, CommType::kBF16, ReduceOp::kAvg);
+  auto work = comm_->allreduce_async(mx.data(), n, CommType::kBF16, ReduceOp::kMax);
+  auto work2 = comm_->allreduce_async(noisy.data(), n, CommType::kBF16, ReduceOp::kSum);
+  comm_->progress();
+  work->wait();
+  work2->wait();
+  // Every rank's random values, for the exact sums.
+  std::vector<float> all(static_cast<size_t>(n) * w, 0.0f);
+  std::copy(mine.begin(), mine.end(), all.begin() + static_cast<int64_t>(r) * n);
+  comm_->allreduce(all.data(), static_cast<int64_t>(all.size()), ReduceOp::kSum);
+  for (int64_t i = 0; i < n; ++i) {
+    double s = 0, m = -1e30, exact = 0, magnitude = 0;
+    for (int q = 0; q < w; ++q) {
+      s += value(q, i);
+      m = std::max(m, static_cast<double>(value(q, i)));
+      const double x = all[static_cast<size_t>(q * n + i)];
+      exact += x;
+      magnitude += std::abs(x);
+    }
+    ASSERT_EQ(bf16_to_f32(sum[i]), static_cast<float>(s)) << i;
+    ASSERT_EQ(bf16_to_f32(avg[i]), static_cast<float>(s / w)) << i;
+    ASSERT_EQ(bf16_to_f32(mx[i]), static_cast<float>(m)) << i;
+    // Each of the W - 1 additions rounds by at most half a unit in the last of bf16's 8
+    // significant bits (2^-8 relative) of a partial sum no larger than the sum of magnitudes.
+    ASSERT_LE(std::abs(bf16_to_f32(noisy[i]) - exact), (w - 1) * std::ldexp(magnitude, -8) + 1e-30)
+        << i;
+  }
+  const uint64_t h = hash_bytes(noisy.data(), noisy.size() * sizeof(uint16_t));
+  uint64_t root = h;
+  comm_->broadcast(&root, sizeof root, 0);
+  EXPECT_EQ(h, root) << "ranks hold different bf16 sums";
+}
+
 TEST_P(CommTest, AsyncLaunchesCompleteInOrderAndMixWithBlockingCalls) {
   const int w = comm_->size(), r = comm_->rank();
   std::vector<std::vector<float>> bufs;
@@ -191,6 +244,58 @@ TEST_P(CommTest, ReducerSumsAndIssuesTheSameSequenceOnEveryRank) {
       std::vector<int64_t> root = rec.trace;
       comm_->broadcast(root.data(), root.size() * sizeof(int64_t), 0);
       EXPECT_EQ(rec.trace, root) << "bucket_mb " << mb << " overlap " << overlap;
+    }
+  }
+}
+
+// Note [bf16 reduction]: the reducer rounds buckets to bf16, sums those and writes f32 sums
+// back into the arena. Multiples of 0.25 survive exactly; random gradients come back within
+// the rounding of the inputs (2^-8 relative each) and of the W - 1 additions.
+TEST_P(CommTest, ReducerInBf16SumsWithinBf16RoundingIntoTheF32Arena) {
+  const int w = comm_->size(), r = comm_->rank();
+  auto backend = make_backend(BackendOptions{.threads = 1});
+  std::vector<ArenaEntry> params;
+  int64_t off = 0;
+  for (int i = 0; i < 12; ++i) {
+    ArenaEntry e;
+    e.name = std::to_string(i);
+    e.count = 3000 + 1000 * (i % 5);
+    e.offset = off;
+    e.shape = Shape{e.count};
+    off += e.count;
+    params.push_back(e);
+  }
+  for (bool exact_values : {true, false}) {
+    std::vector<float> grad(static_cast<size_t>(off)), everyone(static_cast<size_t>(off * w));
+    Rng rng(derive_key(23, static_cast<uint64_t>(r)));
+    for (int64_t i = 0; i < off; ++i) {
+      grad[static_cast<size_t>(i)] = exact_values ? value(r, i) : rng.normal() * 1e-3f;
+      everyone[static_cast<size_t>(r * off + i)] = grad[static_cast<size_t>(i)];
+    }
+    comm_->allreduce(everyone.data(), static_cast<int64_t>(everyone.size()), ReduceOp::kSum);
+    GradReducer reducer(BucketPlan(params, 0.02), *comm_, grad.data(),
+                        {.reduce_type = CommType::kBF16, .backend = backend.get()});
+    ASSERT_GT(reducer.plan().size(), 2);
+    for (int k = 0; k < 12; ++k) reducer.mark_ready(k);
+    reducer.wait();
+    int64_t rounded = 0;
+    for (int64_t i = 0; i < off; ++i) {
+      double exact = 0, magnitude = 0;
+      for (int q = 0; q < w; ++q) {
+        const double x = everyone[static_cast<size_t>(q * off + i)];
+        exact += x;
+        magnitude += std::abs(x);
+      }
+      const float got = grad[static_cast<size_t>(i)];
+      if (exact_values) {
+        ASSERT_EQ(got, static_cast<float>(exact)) << i;
+      } else {
+        ASSERT_LE(std::abs(got - exact), w * std::ldexp(magnitude, -8)) << i;
+        rounded += got != static_cast<float>(exact);
+      }
+    }
+    if (!exact_values) {
+      EXPECT_GT(rounded, off / 2) << "random gradients came back unrounded";
     }
   }
 }

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "ddpv/core/dtype.hpp"
 #include "ddpv/dist/communicator.hpp"
 #include "ddpv/dist/world.hpp"
 #include "support/test_support.hpp"
@@ -54,6 +55,17 @@ TEST(CudaNccl, OneRankCollectivesAreCorrectAndStreamOrdered) {
   EXPECT_THROW(comm->allreduce(ints.raw(), 4, CommType::kI32, ReduceOp::kAvg), Error);
   comm->allreduce(ints.raw(), 4, CommType::kI32, ReduceOp::kMax);
   comm->barrier();
+
+  // bf16 (--reduce-dtype bf16): the reducer's path, cast -> allreduce -> cast back, in order on
+  // the streams; with one rank the sum is the bf16 rounding of the input.
+  Tensor half = Tensor::empty(Shape{1000}, DType::kBF16, gpu->allocator());
+  auto* h = static_cast<uint16_t*>(half.raw());
+  gpu->cast_to_bf16(1000, v.data(), h);
+  comm->allreduce_async(h, 1000, CommType::kBF16, ReduceOp::kSum)->wait();
+  gpu->cast_from_bf16(1000, h, v.data());
+  const std::vector<float> rounded = v.to_host();
+  for (size_t i = 0; i < values.size(); ++i)
+    ASSERT_EQ(rounded[i], bf16_to_f32(f32_to_bf16(values[i]))) << i;
 
   // A handle destroyed without wait() still orders the compute stream after it.
   gpu->fill(n, 4.0f, buf.data());

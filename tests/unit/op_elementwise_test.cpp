@@ -1,9 +1,12 @@
-// The backend's elementwise ops (relu, add, fill, scale, all_finite) and layout transposes
-// against naive loops, relu's backward also by finite differences, on every device.
+// The backend's elementwise ops (relu, add, fill, scale, all_finite, bf16 casts) and layout
+// transposes against naive loops, relu's backward also by finite differences, on every device.
 #include <cmath>
+#include <cstring>
+#include <iterator>
 #include <limits>
 #include <string>
 
+#include "ddpv/core/rng.hpp"
 #include "op_check.hpp"
 
 namespace ddpv::test {
@@ -52,6 +55,13 @@ TEST_P(ElementwiseOpTest, ReluForwardAndBackward) {
     backend->relu_backward(count, x_.data(), r_.data(), r_.data());
     EXPECT_TRUE(all_close(r_.to_host(), want_dx, 0, 0)) << "in place";
   }
+  // NaN propagates (PyTorch's relu does too), so divergence is not hidden by a ReLU.
+  DeviceBuffer nan_(backend.get(), std::vector<float>{std::nanf(""), -1.0f, 2.0f});
+  backend->relu_forward(3, nan_.data(), nan_.data());
+  const auto nan_h = nan_.to_host();
+  EXPECT_TRUE(std::isnan(nan_h[0]));
+  EXPECT_EQ(nan_h[1], 0.0f);
+  EXPECT_EQ(nan_h[2], 2.0f);
 }
 
 TEST_P(ElementwiseOpTest, AddFillScale) {
@@ -99,6 +109,68 @@ TEST_P(ElementwiseOpTest, AllFiniteFindsEveryKindOfNonFinite) {
       }
   }
   EXPECT_TRUE(backend->all_finite(0, nullptr));
+}
+
+// The value of f32 bits as a double, decoded by hand; an all-ones exponent with a zero
+// mantissa reads as 2^128, the next step after the largest finite value (rounding to it means
+// rounding to infinity).
+double decode_f32_bits(uint32_t bits) {
+  const int exponent = static_cast<int>((bits >> 23) & 0xff);
+  const double mantissa = static_cast<double>(bits & 0x7fffff);
+  const double magnitude = exponent == 0 ? std::ldexp(mantissa, -149)
+                                         : std::ldexp(1.0 + mantissa / 8388608.0, exponent - 127);
+  return (bits >> 31) ? -magnitude : magnitude;
+}
+
+// bf16 of a finite f32 by comparing distances to its two bf16 neighbours in double, ties to the
+// even one; independent of the bit trick the backends use.
+uint16_t naive_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint32_t down = u & 0xffff0000u, up = down + 0x10000u;  // toward zero, away from zero
+  const double x = f, d_down = std::abs(x - decode_f32_bits(down)),
+               d_up = std::abs(decode_f32_bits(up) - x);
+  const bool take_up = d_up < d_down || (d_up == d_down && ((down >> 16) & 1u));
+  return static_cast<uint16_t>((take_up ? up : down) >> 16);
+}
+
+TEST_P(ElementwiseOpTest, Bf16CastsRoundToNearestEvenAndWidenExactly) {
+  DDPV_BACKEND_OR_SKIP(backend, GetParam());
+  std::vector<float> x = random_vector(200003, 12, -3.0f, 3.0f);
+  Rng rng(13);
+  for (size_t i = 0; i < x.size(); i += 3) x[i] = std::ldexp(x[i], static_cast<int>(rng.uniform_int(200)) - 100);
+  const float special[] = {0.0f, -0.0f, 1.0f, std::numeric_limits<float>::max(),
+                           -std::numeric_limits<float>::max(),
+                           std::numeric_limits<float>::denorm_min(), 1e-40f,
+                           std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity()};
+  for (size_t k = 0; k < std::size(special); ++k) x[k] = special[k];
+  for (uint32_t k = 0; k < 64; ++k) {  // exact ties, half with an odd and half with an even bf16
+    const uint32_t bits = 0x3f800000u + (k << 16) + 0x8000u;
+    std::memcpy(&x[100 + k], &bits, 4);
+  }
+  const int64_t n = static_cast<int64_t>(x.size());
+  DeviceBuffer x_(backend.get(), x), back(backend.get(), x.size());
+  Tensor half = Tensor::empty(Shape{n}, DType::kBF16, backend->allocator());
+  auto* h = static_cast<uint16_t*>(half.raw());
+  backend->cast_to_bf16(n, x_.data(), h);
+  std::vector<uint16_t> got(x.size());
+  backend->copy(got.data(), Device::kCpu, h, backend->device(), got.size() * 2);
+  backend->cast_from_bf16(n, h, back.data());
+  const std::vector<float> widened = back.to_host();
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(got[i], naive_bf16(x[i])) << "element " << i << " = " << x[i];
+    uint32_t bits = static_cast<uint32_t>(got[i]) << 16;
+    float want;
+    std::memcpy(&want, &bits, 4);
+    ASSERT_EQ(std::memcmp(&widened[i], &want, 4), 0) << "widening element " << i;
+  }
+  // NaN stays NaN (whatever its payload).
+  std::vector<float> nan(5, std::numeric_limits<float>::quiet_NaN());
+  DeviceBuffer nan_(backend.get(), nan);
+  backend->cast_to_bf16(5, nan_.data(), h);
+  backend->cast_from_bf16(5, h, nan_.data());
+  for (float v : nan_.to_host()) EXPECT_TRUE(std::isnan(v));
 }
 
 TEST_P(ElementwiseOpTest, LayoutTransposes) {

@@ -166,6 +166,10 @@ class Backend {
   virtual void add(int64_t count, const float* a, const float* b, float* y) = 0;  // y = a + b
   virtual void fill(int64_t count, float value, float* y) = 0;
   virtual void scale(int64_t count, float alpha, float* y) = 0;  // y *= alpha
+  // f32 <-> bf16 over `count` elements, rounding to nearest even as ddpv::f32_to_bf16 does
+  // (gradients reduced in bf16, --reduce-dtype bf16). y must not alias x.
+  virtual void cast_to_bf16(int64_t count, const float* x, uint16_t* y) = 0;
+  virtual void cast_from_bf16(int64_t count, const uint16_t* x, float* y) = 0;
   // True when no element is NaN or +-Inf.
   virtual bool all_finite(int64_t count, const float* x) = 0;
   // Layout changes for Flatten, whose output must follow PyTorch's (C, H, W) order so that a

@@ -15,7 +15,10 @@ class Backend;
 class World;
 
 enum class ReduceOp : uint8_t { kSum, kAvg, kMax };
-enum class CommType : uint8_t { kF32, kF64, kI32, kI64 };
+// kBF16: 16-bit brain floats (the upper half of an f32), for gradients reduced in bf16
+// (--reduce-dtype bf16); sums are formed in f32 and rounded to nearest even once per step of
+// the reduction, on NCCL and MPI alike.
+enum class CommType : uint8_t { kF32, kF64, kI32, kI64, kBF16 };
 size_t comm_type_size(CommType t);
 const char* reduce_op_name(ReduceOp op);
 
@@ -58,7 +61,7 @@ class Communicator {
   virtual void set_timeout(double /*seconds*/) {}
 
   // In place, returns at once; the result is ready after the handle's wait(). kAvg is for
-  // floating types only.
+  // floating types (f32, f64, bf16) only.
   virtual std::unique_ptr<CommWork> allreduce_async(void* data, int64_t count, CommType type,
                                                     ReduceOp op) = 0;
 

@@ -16,6 +16,10 @@ struct GradReducerOptions {
   // Launch each bucket as soon as it is ready during backward; false (--no-overlap) launches
   // all buckets after backward, in wait().
   bool overlap = true;
+  // The type gradients travel in: kF32, or kBF16 (--reduce-dtype bf16, Note [bf16 reduction]),
+  // which needs `backend` for the casts and the bf16 copy of the arena.
+  CommType reduce_type = CommType::kF32;
+  Backend* backend = nullptr;
 };
 
 // Use per step (see Note [Folded averaging] for the scale):
@@ -28,6 +32,14 @@ struct GradReducerOptions {
 // bucket before it in the plan, so all ranks issue the same collectives in the same order even
 // when their backward passes report tensors in different orders. A collective launched out of
 // order on one rank would pair with a different bucket on another: a hang or wrong sums.
+//
+// Note [bf16 reduction]: with reduce_type kBF16 a ready bucket is rounded to bf16 into the
+// reducer's own copy of the arena and that copy is summed, halving the bytes on the wire; wait()
+// turns the sums back into f32 in the gradient arena, so the optimizer is unchanged. The cost
+// is precision: bf16 keeps 8 significant bits, so each gradient is rounded once (relative
+// error <= 2^-8) and each of the P - 1 additions of a world of P ranks rounds again; the sum
+// is within P * 2^-8 of the sum of the gradients' magnitudes. That is what mixed-precision
+// training tolerates; fp32 stays the default.
 //
 // Note [Folded averaging]: buckets are summed, not averaged; the 1/world_size factor is folded
 // into the optimizer's grad_scale, which costs nothing there, whereas averaging would cost an
@@ -77,6 +89,7 @@ class GradReducer {
   std::vector<char> param_ready_;  // per tensor: reported in this backward
   int next_launch_ = 0;            // buckets [0, next_launch_) are launched
   std::vector<std::unique_ptr<CommWork>> work_;
+  Tensor reduced_;  // the bf16 copy of the arena (Note [bf16 reduction]); empty for f32
 };
 
 // Start of training: every rank takes rank 0's parameters and buffers, so all start equal even

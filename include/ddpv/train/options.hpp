@@ -21,7 +21,7 @@ struct TrainOptions {
   std::string model = "lenet";
   std::string device = "auto";      // auto | cpu | cuda
   std::string precision = "fp32";   // fp32 | bf16 | fp16 (CUDA only)
-  std::string reduce_dtype = "fp32";  // fp32 | bf16 (CUDA only)
+  std::string reduce_dtype = "fp32";  // fp32 | bf16 (Note [bf16 reduction] in grad_reducer.hpp)
   int threads = 0;                  // CPU threads per rank (0: auto, see auto_threads())
   // schedule
   int64_t epochs = 1;

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "backend/cpu/cpu_ops.hpp"
+#include "ddpv/core/dtype.hpp"
 
 namespace ddpv {
 namespace cpu {
@@ -82,8 +83,9 @@ class CpuBackend final : public Backend {
 
   void relu_forward(int64_t count, const float* x, float* y) override {
     ctx_.bind_threads();
+    // NaN propagates, as in PyTorch and the CUDA backend: a diverged activation stays visible.
 #pragma omp parallel for simd if (count >= kParallelMin)
-    for (int64_t i = 0; i < count; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    for (int64_t i = 0; i < count; ++i) y[i] = x[i] <= 0.0f ? 0.0f : x[i];  // -0 becomes +0
   }
 
   void relu_backward(int64_t count, const float* y, const float* dy, float* dx) override {
@@ -113,6 +115,18 @@ class CpuBackend final : public Backend {
     ctx_.bind_threads();
 #pragma omp parallel for simd if (count >= kParallelMin)
     for (int64_t i = 0; i < count; ++i) y[i] *= alpha;
+  }
+
+  void cast_to_bf16(int64_t count, const float* x, uint16_t* y) override {
+    ctx_.bind_threads();
+#pragma omp parallel for simd if (count >= kParallelMin)
+    for (int64_t i = 0; i < count; ++i) y[i] = f32_to_bf16(x[i]);
+  }
+
+  void cast_from_bf16(int64_t count, const uint16_t* x, float* y) override {
+    ctx_.bind_threads();
+#pragma omp parallel for simd if (count >= kParallelMin)
+    for (int64_t i = 0; i < count; ++i) y[i] = bf16_to_f32(x[i]);
   }
 
   bool all_finite(int64_t count, const float* x) override {

@@ -146,6 +146,13 @@ class CudaBackend final : public Backend {
     DDPV_CUDA_CHECK(cuda::scale(count, alpha, y, ctx_->stream()));
   }
 
+  void cast_to_bf16(int64_t count, const float* x, uint16_t* y) override {
+    if (count > 0) DDPV_CUDA_CHECK(cuda::f32_to_bf16(count, x, y, ctx_->stream()));
+  }
+  void cast_from_bf16(int64_t count, const uint16_t* x, float* y) override {
+    if (count > 0) DDPV_CUDA_CHECK(cuda::bf16_to_f32(count, x, y, ctx_->stream()));
+  }
+
   void nhwc_to_nchw(int n, int h, int w, int c, const float* x, float* y) override {
     DDPV_CHECK(x != y, "nhwc_to_nchw: a transpose cannot run in place");
     DDPV_CUDA_CHECK(cuda::transpose_last2(n, int64_t{h} * w, c, x, y, ctx_->stream()));

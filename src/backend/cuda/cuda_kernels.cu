@@ -19,7 +19,7 @@ __global__ void scale_kernel(int64_t count, float alpha, float* y) {
 __global__ void add_kernel(int64_t count, const float* a, const float* b, float* y) {
   DDPV_GRID_STRIDE(i, count) y[i] = a[i] + b[i];
 }
-// NaN propagates (as in oneDNN), so a diverged run is still seen by all_finite.
+// NaN propagates (as in PyTorch and the CPU backend), so a diverged run is still seen.
 __global__ void relu_forward_kernel(int64_t count, const float* x, float* y) {
   DDPV_GRID_STRIDE(i, count) {
     const float v = x[i];

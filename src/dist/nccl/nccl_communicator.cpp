@@ -44,6 +44,8 @@ ncclDataType_t nccl_type(CommType t) {
       return ncclInt32;
     case CommType::kI64:
       return ncclInt64;
+    case CommType::kBF16:
+      return ncclBfloat16;
   }
   DDPV_FAIL("unknown CommType");
 }
@@ -55,7 +57,7 @@ ncclRedOp_t nccl_op(ReduceOp op, CommType t) {
     case ReduceOp::kMax:
       return ncclMax;
     case ReduceOp::kAvg:
-      DDPV_CHECK(t == CommType::kF32 || t == CommType::kF64,
+      DDPV_CHECK(t == CommType::kF32 || t == CommType::kF64 || t == CommType::kBF16,
                  "allreduce: average is for floating types only");
       return ncclAvg;
   }
