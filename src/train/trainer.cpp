@@ -28,6 +28,7 @@ Trainer::Impl::Impl(const TrainOptions& options, World& w)
   bo.deterministic = o.deterministic;
   backend = make_backend(bo);
   open_data();
+  make_feeds();
   build_model();
 }
 
@@ -47,6 +48,17 @@ void Trainer::Impl::open_data() {
     DDPV_CHECK(store->has_split(o.val_split), "--val-split ", o.val_split, ": store ", o.data,
                " has no such split; name another or use --val-split none");
     val_source = make_eval_source(*store, o.val_split, o, world.rank(), world.size(), staging);
+  }
+}
+
+void Trainer::Impl::make_feeds() {
+  train_uploads = backend->upload_stream(2);
+  train_feed = std::make_unique<DeviceFeed>(*train_source, train_uploads.get(),
+                                            backend->allocator());
+  if (val_source) {
+    val_uploads = backend->upload_stream(2);
+    val_feed =
+        std::make_unique<DeviceFeed>(*val_source, val_uploads.get(), backend->allocator());
   }
 }
 
@@ -108,16 +120,6 @@ void Trainer::Impl::build_model() {
   }
 }
 
-const Tensor& Trainer::Impl::to_device(const Tensor& host, Tensor& device_copy) {
-  if (backend->device() == Device::kCpu) return host;
-  if (!device_copy.owns_memory() || device_copy.shape() != host.shape() ||
-      device_copy.dtype() != host.dtype()) {
-    device_copy = Tensor::empty(host.shape(), host.dtype(), backend->allocator());
-  }
-  backend->copy(device_copy.raw(), backend->device(), host.raw(), Device::kCpu, host.nbytes());
-  return device_copy;
-}
-
 void Trainer::Impl::throw_diverged(const std::string& what) const {
   throw TrainingDiverged("training diverged: " + what + " at step " + std::to_string(step) +
                          " (epoch " + std::to_string(epoch + 1) +
@@ -132,11 +134,11 @@ void Trainer::Impl::train_step() {
   comm->set_step(step);  // named by the watchdog when a collective hangs
   for (int k = 0; k < o.accum_steps; ++k) {
     const auto t_data = Clock::now();
-    held = train_source->next();  // kept alive until the next step: see `held`
-    DDPV_CHECK(held.has_value(), "the data ran out inside epoch ", epoch, " at step ",
+    const std::optional<DeviceFeed::Ready> batch = train_feed->next();
+    DDPV_CHECK(batch.has_value(), "the data ran out inside epoch ", epoch, " at step ",
                epoch_step, " (internal: steps per epoch disagree)");
-    const Tensor& x = to_device(held->images, x_device);
-    const Tensor& y = to_device(held->labels, y_device);
+    const Tensor& x = batch->images;
+    const Tensor& y = batch->labels;
     data_wait += seconds_since(t_data);
 
     const int n = static_cast<int>(x.shape()[0]);
@@ -150,6 +152,9 @@ void Trainer::Impl::train_step() {
     loss_op->backward(n, y.data<int32_t>(), dlogits.data<float>(), 1.0f / static_cast<float>(n));
     reducer->set_sync(k == o.accum_steps - 1);
     model->backward(dlogits, /*accumulate=*/k > 0, reducer->ready_fn());
+    const auto t_next = Clock::now();
+    train_feed->done();  // the next batch uploads while this backward runs (Note [Two slots])
+    data_wait += seconds_since(t_next);
     const auto t_comm = Clock::now();
     reducer->wait();
     comm_wait += seconds_since(t_comm);
@@ -186,7 +191,7 @@ TrainSummary Trainer::Impl::run() {
   log_start = Clock::now();
   while (epoch < o.epochs && !stop) {
     if (o.max_steps > 0 && step >= o.max_steps) break;
-    train_source->start_epoch(epoch, epoch_step * o.accum_steps);
+    train_feed->start_epoch(epoch, epoch_step * o.accum_steps);
     if (epoch_step == 0) epoch_totals = {};
     const auto t_train = Clock::now();
     while (epoch_step < steps_per_epoch && !stop) {

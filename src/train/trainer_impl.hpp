@@ -17,6 +17,7 @@
 #include "ddpv/train/trainer.hpp"
 #include "train/batch_source.hpp"
 #include "train/console.hpp"
+#include "train/device_feed.hpp"
 
 namespace ddpv {
 
@@ -42,11 +43,11 @@ struct Trainer::Impl {
 
   // set-up (trainer.cpp)
   void open_data();
+  void make_feeds();
   void build_model();
   // the loop (trainer.cpp)
   TrainSummary run();
   void train_step();
-  const Tensor& to_device(const Tensor& host, Tensor& device_copy);
   [[noreturn]] void throw_diverged(const std::string& what) const;  // on every rank at once
   int64_t global_batch() const { return o.batch_size * world.size() * o.accum_steps; }
   // evaluation, checkpoints, resume, reporting (trainer_state.cpp)
@@ -63,6 +64,9 @@ struct Trainer::Impl {
   std::unique_ptr<ImageStore> store;
   SourceShape shape;
   std::unique_ptr<BatchSource> train_source, val_source;
+  // Batches on the device (Note [Two slots]); the upload streams are null on CPU.
+  std::unique_ptr<UploadStream> train_uploads, val_uploads;
+  std::unique_ptr<DeviceFeed> train_feed, val_feed;
   std::unique_ptr<Model> model;
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<GradReducer> reducer;
@@ -70,8 +74,7 @@ struct Trainer::Impl {
   std::vector<ParamSpan> spans;
   SgdConfig sgd;
   std::optional<LrSchedule> schedule;
-  Tensor dlogits, x_device, y_device;
-  std::optional<Batch> held;  // keeps the batch being copied alive (pinned, asynchronous)
+  Tensor dlogits;
 
   // position
   int64_t epoch = 0;          // the current epoch (epochs completed before it)

@@ -15,13 +15,12 @@ namespace ddpv {
 void Trainer::Impl::evaluate(double* loss, double* acc) {
   average_buffers(*model, *comm);  // BatchNorm running statistics agree before evaluation
   double sums[3] = {0, 0, 0};      // loss sum, correct, samples
-  val_source->start_epoch(0, 0);
-  while (std::optional<Batch> batch = val_source->next()) {
-    const Tensor& x = to_device(batch->images, x_device);
-    const Tensor& y = to_device(batch->labels, y_device);
-    const int n = static_cast<int>(x.shape()[0]);
-    const Tensor& logits = model->forward(x, /*training=*/false);
-    const LossResult r = loss_op->forward(n, logits.data<float>(), y.data<int32_t>());
+  val_feed->start_epoch(0, 0);
+  while (std::optional<DeviceFeed::Ready> batch = val_feed->next()) {
+    const int n = static_cast<int>(batch->images.shape()[0]);
+    const Tensor& logits = model->forward(batch->images, /*training=*/false);
+    const LossResult r = loss_op->forward(n, logits.data<float>(), batch->labels.data<int32_t>());
+    val_feed->done();
     sums[0] += r.loss_sum;
     sums[1] += static_cast<double>(r.correct);
     sums[2] += n;

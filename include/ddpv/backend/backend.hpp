@@ -127,6 +127,29 @@ struct ParamSpan {
   bool decay = true;
 };
 
+// Note [Batch uploads]: input batches go to a GPU on a copy stream of their own, so that the
+// next batch uploads while the current step computes. The memory involved comes in slots (a
+// device buffer and the pinned host batch it is filled from); for each use of a slot the caller
+//   copy(slot, ...) ... commit(slot)  queues the uploads; they start once compute has released
+//                                      the slot (its last reader is done), never before;
+//   acquire(slot)                      makes compute queued after it wait for the uploads (the
+//                                      host does not block);
+//   ... queues the compute that reads the slot ...
+//   release(slot)                      marks compute queued so far as the slot's last reader;
+//   host_done(slot)                    blocks the host until the slot's uploads have finished,
+//                                      before the host batch is reused.
+// A backend whose device reads host memory directly (the CPU) has no upload stream.
+class UploadStream {
+ public:
+  virtual ~UploadStream() = default;
+  virtual int slots() const = 0;
+  virtual void copy(int slot, void* device_dst, const void* host_src, size_t bytes) = 0;
+  virtual void commit(int slot) = 0;
+  virtual void acquire(int slot) = 0;
+  virtual void release(int slot) = 0;
+  virtual void host_done(int slot) = 0;
+};
+
 struct BackendOptions {
   Device device = Device::kCpu;
   int device_index = 0;  // GPU ordinal (the rank's node-local rank)
@@ -149,6 +172,9 @@ class Backend {
                     size_t bytes) = 0;
   // Waits until everything queued on the device has finished (a no-op on CPU).
   virtual void synchronize() = 0;
+  // An upload stream with `slots` slots (Note [Batch uploads]); null when the device reads host
+  // memory directly, as the CPU does.
+  virtual std::unique_ptr<UploadStream> upload_stream(int /*slots*/) { return nullptr; }
   // The native compute stream (cudaStream_t on CUDA, null on CPU), for communicators that
   // order their launches after compute (see Note [Stream-ordered collectives] in dist).
   virtual void* native_stream() { return nullptr; }

@@ -68,11 +68,62 @@ class CudaPinnedAllocator final : public Allocator {
   cuda::CudaContext* ctx_;
 };
 
+// Note [Batch uploads] on CUDA: a non-blocking copy stream and two events per slot, `copied`
+// (recorded on the copy stream after the slot's uploads) and `released` (recorded on the
+// compute stream after the slot's last reader). Uploads wait on `released`, compute waits on
+// `copied`; only host_done blocks the host. An event never recorded is complete, so a slot's
+// first upload does not wait.
+class CudaUploadStream final : public UploadStream {
+ public:
+  CudaUploadStream(cuda::CudaContext* ctx, int slots) : ctx_(ctx) {
+    DDPV_CHECK(slots >= 1, "an upload stream needs at least one slot, got ", slots);
+    ctx_->make_current();
+    DDPV_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    events_.resize(static_cast<size_t>(slots) * 2, nullptr);
+    for (cudaEvent_t& e : events_) {
+      DDPV_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    }
+  }
+  ~CudaUploadStream() override {
+    (void)cudaSetDevice(ctx_->device());
+    if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
+    for (cudaEvent_t e : events_) {
+      if (e != nullptr) (void)cudaEventDestroy(e);
+    }
+    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+  }
+  CudaUploadStream(const CudaUploadStream&) = delete;
+  CudaUploadStream& operator=(const CudaUploadStream&) = delete;
+
+  int slots() const override { return static_cast<int>(events_.size() / 2); }
+  void copy(int slot, void* device_dst, const void* host_src, size_t bytes) override {
+    if (bytes == 0) return;
+    DDPV_CUDA_CHECK(cudaStreamWaitEvent(stream_, released(slot), 0));
+    DDPV_CUDA_CHECK(
+        cudaMemcpyAsync(device_dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
+  }
+  void commit(int slot) override { DDPV_CUDA_CHECK(cudaEventRecord(copied(slot), stream_)); }
+  void acquire(int slot) override {
+    DDPV_CUDA_CHECK(cudaStreamWaitEvent(ctx_->stream(), copied(slot), 0));
+  }
+  void release(int slot) override {
+    DDPV_CUDA_CHECK(cudaEventRecord(released(slot), ctx_->stream()));
+  }
+  void host_done(int slot) override { DDPV_CUDA_CHECK(cudaEventSynchronize(copied(slot))); }
+
+ private:
+  cudaEvent_t copied(int slot) const { return events_.at(static_cast<size_t>(2 * slot)); }
+  cudaEvent_t released(int slot) const { return events_.at(static_cast<size_t>(2 * slot + 1)); }
+
+  cuda::CudaContext* ctx_;
+  cudaStream_t stream_ = nullptr;
+  std::vector<cudaEvent_t> events_;  // per slot: copied, released
+};
+
 // Note [Copies are synchronous]: Backend::copy promises the copy is done when it returns
 // (callers reuse host buffers at once), so a copy that touches host memory waits for the
-// compute stream. Device-to-device copies stay asynchronous, ordered on the stream. Overlap
-// of the next batch's upload with compute is the loader's job (pinned staging memory, a copy
-// issued ahead of the step that uses it).
+// compute stream. Device-to-device copies stay asynchronous, ordered on the stream. The
+// overlap of input batches with compute goes through upload_stream() (Note [Batch uploads]).
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(const BackendOptions& o)
@@ -113,6 +164,9 @@ class CudaBackend final : public Backend {
 
   void synchronize() override { ctx_->synchronize(); }
   void* native_stream() override { return ctx_->stream(); }
+  std::unique_ptr<UploadStream> upload_stream(int slots) override {
+    return std::make_unique<CudaUploadStream>(ctx_.get(), slots);
+  }
 
   std::unique_ptr<Conv2dOp> conv2d(const Conv2dConfig& cfg) override {
     return cuda::make_conv2d(ctx_, cfg);
