@@ -5,12 +5,7 @@
 # path of the source or build tree. Exit 77 = skipped.
 set -euo pipefail
 
-root=$(cd "$(dirname "$0")/../.." && pwd)
-build=${BUILD_DIR:-build}
-case "$build" in /*) ;; *) build=$root/$build ;; esac
-t0=$(date +%s)
-log() { echo "install_test [$(( $(date +%s) - t0 )) s]: $*"; }
-fail() { echo "install_test: FAIL: $*"; exit 1; }
+source "$(dirname "$0")/lib.sh"
 
 [ -f "$build/CMakeCache.txt" ] || fail "$build is not configured (make build first)"
 tmp=$(mktemp -d /tmp/ddpv-install.XXXXXX)

@@ -7,19 +7,10 @@
 # Needs root (ip netns). Exit 77 = skipped. The setup is described in docs/cluster.md.
 set -euo pipefail
 
-root=$(cd "$(dirname "$0")/../.." && pwd)
-build=${BUILD_DIR:-build}
-case "$build" in /*) ;; *) build=$root/$build ;; esac
-bin=${DDPV_BIN_DIR:-$build/bin}
-py=/usr/bin/python3
+source "$(dirname "$0")/lib.sh"
 hosts=${HOSTS:-2}
 per_host=2
 world=$(( hosts * per_host ))
-t0=$(date +%s)
-
-log() { echo "multihost_test [$(( $(date +%s) - t0 )) s]: $*"; }
-skip() { echo "multihost_test: SKIP: $*"; exit 77; }
-fail() { echo "multihost_test: FAIL: $*"; exit 1; }
 
 [ "$(id -u)" -eq 0 ] || skip "needs root to create network namespaces"
 [ -x "$bin/ddpv-train" ] || fail "$bin/ddpv-train is not built (make build)"

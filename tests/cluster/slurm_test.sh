@@ -14,19 +14,11 @@
 #      resumes from there and runs 3 more steps.
 set -euo pipefail
 
-root=$(cd "$(dirname "$0")/../.." && pwd)
-build=${BUILD_DIR:-build}
-case "$build" in /*) ;; *) build=$root/$build ;; esac
-bin=${DDPV_BIN_DIR:-$build/bin}
-py=/usr/bin/python3
-t0=$(date +%s)
-
-log() { echo "slurm_test [$(( $(date +%s) - t0 )) s]: $*"; }
-skip() { echo "slurm_test: SKIP: $*"; exit 77; }
+source "$(dirname "$0")/lib.sh"
 
 [ "$(id -u)" -eq 0 ] || skip "needs root to run slurmd and munged (run as root or in a container)"
 for p in ddpv-train ddpv-convert; do
-  [ -x "$bin/$p" ] || { echo "slurm_test: FAIL: $bin/$p is not built (make build)"; exit 1; }
+  [ -x "$bin/$p" ] || fail "$bin/$p is not built (make build)"
 done
 if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
   "$root/scripts/install-deps.sh" --cluster ||
@@ -72,7 +64,7 @@ cleanup() {
 trap cleanup EXIT
 
 fail() {
-  echo "slurm_test: FAIL: $*"
+  echo "$test_name: FAIL: $*"
   for f in "$tmp"/out/*.out; do echo "---- $f"; cat "$f"; done 2>/dev/null || true
   exit 1
 }
