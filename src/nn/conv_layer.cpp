@@ -22,6 +22,8 @@ class Conv2dLayer final : public WeightedLayer<Conv2dOp> {
     cfg_.in_h = static_cast<int>(in[0]);
     cfg_.in_w = static_cast<int>(in[1]);
     cfg_.in_channels = static_cast<int>(in[2]);
+    cfg_.in_block = act_block(cfg_.in_channels);  // Note [Blocked activations]
+    cfg_.out_block = act_block(cfg_.out_channels);
     DDPV_CHECK(cfg_.out_h() > 0 && cfg_.out_w() > 0, "layer ", name_, ": a ", cfg_.kernel, "x",
                cfg_.kernel, " kernel does not fit the input ", in.str());
     out_ = Shape{cfg_.out_h(), cfg_.out_w(), cfg_.out_channels};
@@ -55,6 +57,7 @@ class BatchNorm2dLayer final : public Layer {
     cfg.h = static_cast<int>(in[0]);
     cfg.w = static_cast<int>(in[1]);
     cfg.channels = static_cast<int>(in[2]);
+    cfg.block = act_block(cfg.channels);
     op_ = backend.batchnorm2d(cfg);
     const Shape c{cfg.channels};
     gamma_ = {name_ + ".weight", c, false, Init::kOnes};

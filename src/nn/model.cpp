@@ -15,6 +15,8 @@ struct Model::Impl {
   Sequence seq;
   std::vector<ParamSlot*> param_slots, buffer_slots;  // forward order
   Tensor input;                                       // the last forward's x
+  int input_block = 0;  // the first layer's input layout (Note [Blocked activations])
+  Tensor blocked_input;  // x in that layout, when it is not NHWC
 };
 
 namespace {
@@ -64,6 +66,9 @@ Model::Model(std::string name, Backend& backend, std::vector<std::unique_ptr<Lay
       num_classes_(num_classes) {
   for (auto& l : layers) impl_->seq.add(std::move(l));
   const Shape out = impl_->seq.setup(backend, input_hwc);
+  impl_->input_block = input_hwc.rank() == 3 ? block_for(static_cast<int>(input_hwc[2]),
+                                                          backend.activation_block())
+                                              : 0;
   DDPV_CHECK(out == Shape{num_classes}, "model ", name_, ": produces ", out.str(),
              " per sample, expected (", num_classes, ") logits");
   impl_->seq.collect(impl_->param_slots, impl_->buffer_slots);
@@ -117,7 +122,18 @@ const Tensor& Model::forward(const Tensor& x, bool training) {
              device_name(x.device()), " but the model runs on ", device_name(backend_.device()));
   impl_->input = x;
   if (training) ++batches_tracked_;
-  return impl_->seq.forward(x, training);
+  if (impl_->input_block != 0) {  // the loader's NHWC, in the layers' layout
+    DDPV_CHECK(x.shape().rank() == 4 && x.shape()[1] == input_[0] && x.shape()[2] == input_[1] &&
+                   x.shape()[3] == input_[2],
+               "model ", name_, ": expected an input (N, ", input_[0], ", ", input_[1], ", ",
+               input_[2], "), got ", x.str());
+    ensure_tensor(impl_->blocked_input, x.shape(), backend_);
+    backend_.relayout(static_cast<int>(x.shape()[0]), static_cast<int>(input_[0]),
+                      static_cast<int>(input_[1]), static_cast<int>(input_[2]), 0,
+                      impl_->input_block, x.data<float>(), impl_->blocked_input.data<float>());
+    impl_->input = impl_->blocked_input;
+  }
+  return impl_->seq.forward(impl_->input, training);
 }
 
 void Model::backward(const Tensor& dlogits, bool accumulate, const GradReadyFn& on_ready) {

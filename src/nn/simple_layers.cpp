@@ -38,6 +38,7 @@ class PoolLayer final : public Layer {
     cfg_.in_h = static_cast<int>(in[0]);
     cfg_.in_w = static_cast<int>(in[1]);
     cfg_.channels = static_cast<int>(in[2]);
+    cfg_.block = act_block(cfg_.channels);
     DDPV_CHECK(cfg_.out_h() > 0 && cfg_.out_w() > 0, "layer ", name_, ": a ", cfg_.kernel, "x",
                cfg_.kernel, " window does not fit the input ", in.str());
     out_ = Shape{cfg_.out_h(), cfg_.out_w(), cfg_.channels};
@@ -72,30 +73,34 @@ class FlattenLayer final : public Layer {
     out_ = Shape{in.numel()};
     return out_;
   }
-  // A 1x1 spatial map needs no reordering: (1, 1, C) and (C, 1, 1) are the same bytes.
+  // A 1x1 spatial map needs no reordering: (1, 1, C), (C, 1, 1) and C/b blocks of (1, 1, b)
+  // are the same bytes.
   void forward(const Tensor& x, Tensor& y, bool) override {
     check_input(x);
-    const int n = static_cast<int>(x.shape()[0]);
     if (in_[0] * in_[1] == 1) {
       backend_->copy(y.raw(), y.device(), x.raw(), x.device(), x.nbytes());
     } else {
-      backend_->nhwc_to_nchw(n, static_cast<int>(in_[0]), static_cast<int>(in_[1]),
-                             static_cast<int>(in_[2]), x.data<float>(), y.data<float>());
+      relayout(x, y, act_block(in_[2]), Backend::kNchw);
     }
   }
-  void backward(const Tensor& x, const Tensor&, const Tensor& dy, Tensor* dx, bool,
+  void backward(const Tensor&, const Tensor&, const Tensor& dy, Tensor* dx, bool,
                 const GradReadyFn&) override {
     if (!dx) return;
-    const int n = static_cast<int>(x.shape()[0]);
     if (in_[0] * in_[1] == 1) {
       backend_->copy(dx->raw(), dx->device(), dy.raw(), dy.device(), dy.nbytes());
     } else {
-      backend_->nchw_to_nhwc(n, static_cast<int>(in_[0]), static_cast<int>(in_[1]),
-                             static_cast<int>(in_[2]), dy.data<float>(), dx->data<float>());
+      relayout(dy, *dx, Backend::kNchw, act_block(in_[2]));
     }
   }
   std::string describe() const override {
     return name_ + ": flatten (C, H, W order), " + in_.str() + " -> " + out_.str();
+  }
+
+ private:
+  void relayout(const Tensor& from, Tensor& to, int from_layout, int to_layout) {
+    backend_->relayout(static_cast<int>(from.shape()[0]), static_cast<int>(in_[0]),
+                       static_cast<int>(in_[1]), static_cast<int>(in_[2]), from_layout,
+                       to_layout, from.data<float>(), to.data<float>());
   }
 };
 

@@ -123,9 +123,10 @@ TEST(CudaBackend, ElementwiseOpsMatchTheCpuBackend) {
     out.push_back(y.to_host());
     be->fill(n, 3.25f, y.data());
     out.push_back(y.to_host());
-    be->nhwc_to_nchw(7, 13, 11, 100, da.data(), y.data());  // 7*13*11*100 = 100100 < n
+    // NHWC -> NCHW and back; 7*13*11*100 = 100100 < n
+    be->relayout(7, 13, 11, 100, 0, Backend::kNchw, da.data(), y.data());
     out.push_back(y.to_host());
-    be->nchw_to_nhwc(7, 13, 11, 100, y.data(), dx.data());
+    be->relayout(7, 13, 11, 100, Backend::kNchw, 0, y.data(), dx.data());
     out.push_back(dx.to_host());
     return out;
   };

@@ -1,6 +1,7 @@
 // Whole-model forward + backward of lenet and resnet20 against PyTorch golden tensors
 // (tests/golden/make_golden.py): logits, loss, every parameter gradient and the BatchNorm
-// running statistics after one training-mode forward.
+// running statistics after one training-mode forward; with the CPU's activations in NHWC and in
+// blocks of 8 and 16 channels (Note [Blocked activations]).
 #include <cmath>
 
 #include "ddpv/nn/model.hpp"
@@ -11,6 +12,7 @@ namespace {
 
 struct GoldenCase {
   const char* model;
+  int activation_block;  // the CPU layout (Note [Blocked activations]): 0 NHWC, 8, 16
 };
 
 class GoldenTest : public ::testing::TestWithParam<GoldenCase> {};
@@ -39,7 +41,7 @@ TEST_P(GoldenTest, ForwardBackwardMatchesPyTorch) {
   const int n = static_cast<int>(dims[0]);
   const int classes = static_cast<int>(ref_logits.size()) / n;
 
-  DDPV_BACKEND_OR_SKIP(backend, Device::kCpu);
+  auto backend = make_backend(BackendOptions{.activation_block = GetParam().activation_block});
   auto model = make_model(GetParam().model, *backend, Shape{dims[1], dims[2], dims[3]}, classes);
   // Every parameter and buffer of ours must exist in torch's state_dict, and vice versa.
   const auto torch_params = test::h5_list(file, "params");
@@ -83,8 +85,14 @@ TEST_P(GoldenTest, ForwardBackwardMatchesPyTorch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, GoldenTest,
-                         ::testing::Values(GoldenCase{"lenet"}, GoldenCase{"resnet20"}),
-                         [](const auto& info) { return std::string(info.param.model); });
+                         ::testing::Values(GoldenCase{"lenet", 0}, GoldenCase{"resnet20", 0},
+                                           GoldenCase{"lenet", 8}, GoldenCase{"resnet20", 8},
+                                           GoldenCase{"resnet20", 16}),
+                         [](const auto& info) {
+                           const int b = info.param.activation_block;
+                           return std::string(info.param.model) +
+                                  (b == 0 ? "_Nhwc" : "_Blocked" + std::to_string(b));
+                         });
 
 }  // namespace
 }  // namespace ddpv

@@ -124,6 +124,41 @@ TEST_P(BatchNormOpTest, TrainingMatchesNaiveLoopAndFiniteDifferences) {
   }
 }
 
+// Note [Blocked activations]: the CPU backend's batchnorm on blocked activations against the
+// naive NHWC loops, through the test's own layout changes.
+TEST(BatchNormOpBlocked, TrainingAndBackwardMatchTheNaiveLoop) {
+  auto backend = backend_or_skip(Device::kCpu);
+  for (int block : {8, 16}) {
+    SCOPED_TRACE("block " + std::to_string(block));
+    BatchNormConfig c;
+    c.channels = 32;
+    c.h = 5;
+    c.w = 3;
+    c.block = block;
+    const int n = 3;
+    const int64_t hw = c.h * c.w;
+    const size_t total = static_cast<size_t>(n * hw * c.channels);
+    const auto x = random_vector(total, 61), dy = random_vector(total, 62),
+               gamma = random_vector(32, 63, 0.5f, 1.5f), beta = random_vector(32, 64);
+    auto op = backend->batchnorm2d(c);
+    DeviceBuffer x_(backend.get(), nhwc_to_blocked(x, n, hw, 32, block)), g_(backend.get(), gamma),
+        b_(backend.get(), beta), y_(backend.get(), total), rm(backend.get(), 32),
+        rv(backend.get(), std::vector<float>(32, 1.0f)),
+        dy_(backend.get(), nhwc_to_blocked(dy, n, hw, 32, block)), dx_(backend.get(), total),
+        dg(backend.get(), 32), db(backend.get(), 32);
+    op->forward_train(n, x_.data(), g_.data(), b_.data(), y_.data(), rm.data(), rv.data());
+    const BnRef ref = bn_train_ref(c, n, x, gamma, beta);
+    EXPECT_TRUE(all_close(blocked_to_nhwc(y_.to_host(), n, hw, 32, block), ref.y, 1e-4, 1e-5));
+    op->backward(n, x_.data(), g_.data(), dy_.data(), dx_.data(), dg.data(), db.data(), false);
+    std::vector<double> want_dx, want_dg, want_db;
+    bn_backward_ref(c, n, x, gamma, dy, want_dx, want_dg, want_db);
+    EXPECT_TRUE(all_close(blocked_to_nhwc(dx_.to_host(), n, hw, 32, block), want_dx, 1e-4, 1e-5))
+        << "dx";
+    EXPECT_TRUE(all_close(dg.to_host(), want_dg, 1e-4, 1e-5)) << "dgamma";
+    EXPECT_TRUE(all_close(db.to_host(), want_db, 1e-4, 1e-5)) << "dbeta";
+  }
+}
+
 TEST_P(BatchNormOpTest, InferenceUsesRunningStatistics) {
   DDPV_BACKEND_OR_SKIP(backend, GetParam());
   const BatchNormConfig c = config(6, 3, 5);

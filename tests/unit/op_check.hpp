@@ -56,6 +56,31 @@ inline void upload(DeviceBuffer& d, const std::vector<float>& host) {
                   host.size() * sizeof(float));
 }
 
+// An NHWC tensor's values laid out with channel block `block` (Note [Blocked activations]; 0
+// is NHWC itself), and back; index loops of their own, independent of Backend::relayout.
+inline size_t blocked_offset(int block, int c, int64_t hw, int64_t i, int64_t s, int64_t ch) {
+  if (block == 0) return static_cast<size_t>((i * hw + s) * c + ch);
+  return static_cast<size_t>(((i * (c / block) + ch / block) * hw + s) * block + ch % block);
+}
+inline std::vector<float> nhwc_to_blocked(const std::vector<float>& v, int n, int64_t hw, int c,
+                                          int block) {
+  std::vector<float> out(v.size());
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t s = 0; s < hw; ++s)
+      for (int64_t ch = 0; ch < c; ++ch)
+        out[blocked_offset(block, c, hw, i, s, ch)] = v[blocked_offset(0, c, hw, i, s, ch)];
+  return out;
+}
+inline std::vector<float> blocked_to_nhwc(const std::vector<float>& v, int n, int64_t hw, int c,
+                                          int block) {
+  std::vector<float> out(v.size());
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t s = 0; s < hw; ++s)
+      for (int64_t ch = 0; ch < c; ++ch)
+        out[blocked_offset(0, c, hw, i, s, ch)] = v[blocked_offset(block, c, hw, i, s, ch)];
+  return out;
+}
+
 inline std::vector<double> to_double(const std::vector<float>& v) {
   return std::vector<double>(v.begin(), v.end());
 }

@@ -173,22 +173,43 @@ TEST_P(ElementwiseOpTest, Bf16CastsRoundToNearestEvenAndWidenExactly) {
   for (float v : nan_.to_host()) EXPECT_TRUE(std::isnan(v));
 }
 
-TEST_P(ElementwiseOpTest, LayoutTransposes) {
+// Every pair of layouts the device offers (Note [Blocked activations]) against index loops
+// written out per layout.
+TEST_P(ElementwiseOpTest, LayoutChanges) {
   DDPV_BACKEND_OR_SKIP(backend, GetParam());
-  const int n = 2, h = 3, w = 5, c = 4;
+  const int n = 2, h = 3, w = 5, c = 16;
   const size_t total = static_cast<size_t>(n) * h * w * c;
-  const auto x = random_vector(total, 6);
-  std::vector<double> want(total);
-  for (int i = 0; i < n; ++i)
-    for (int y = 0; y < h; ++y)
-      for (int z = 0; z < w; ++z)
-        for (int k = 0; k < c; ++k)
-          want[((i * c + k) * h + y) * w + z] = x[((i * h + y) * w + z) * c + k];
-  DeviceBuffer x_(backend.get(), x), t_(backend.get(), total), back(backend.get(), total);
-  backend->nhwc_to_nchw(n, h, w, c, x_.data(), t_.data());
-  EXPECT_TRUE(all_close(t_.to_host(), want, 0, 0)) << "nhwc_to_nchw";
-  backend->nchw_to_nhwc(n, h, w, c, t_.data(), back.data());
-  EXPECT_TRUE(all_close(back.to_host(), to_double(x), 0, 0)) << "nchw_to_nhwc";
+  // Element (i, k, y, z) of a (N, C, H, W) tensor: its value, and its offset in each layout.
+  auto value = [&](int i, int k, int y, int z) { return static_cast<float>(((i * c + k) * h + y) * w + z); };
+  auto at = [&](int layout, int i, int k, int y, int z) -> size_t {
+    if (layout == Backend::kNchw) return static_cast<size_t>(((i * c + k) * h + y) * w + z);
+    if (layout == 0) return static_cast<size_t>(((i * h + y) * w + z) * c + k);
+    const int b = layout;
+    return static_cast<size_t>((((i * (c / b) + k / b) * h + y) * w + z) * b + k % b);
+  };
+  auto filled = [&](int layout) {
+    std::vector<float> v(total);
+    for (int i = 0; i < n; ++i)
+      for (int k = 0; k < c; ++k)
+        for (int y = 0; y < h; ++y)
+          for (int z = 0; z < w; ++z) v[at(layout, i, k, y, z)] = value(i, k, y, z);
+    return v;
+  };
+  std::vector<std::pair<int, int>> pairs = {{0, Backend::kNchw}, {Backend::kNchw, 0}};
+  if (GetParam() == Device::kCpu) {
+    for (int a : {Backend::kNchw, 0, 8, 16})
+      for (int b : {Backend::kNchw, 0, 8, 16})
+        if (a != b && (a > 0 || b > 0)) pairs.emplace_back(a, b);
+  }
+  for (auto [from, to] : pairs) {
+    const auto x = filled(from);
+    DeviceBuffer x_(backend.get(), x), y_(backend.get(), total);
+    backend->relayout(n, h, w, c, from, to, x_.data(), y_.data());
+    EXPECT_TRUE(all_close(y_.to_host(), to_double(filled(to)), 0, 0)) << from << " -> " << to;
+  }
+  DeviceBuffer x_(backend.get(), total), y_(backend.get(), total);
+  EXPECT_THROW(backend->relayout(n, h, w, 12, 0, 8, x_.data(), y_.data()), Error)
+      << "12 channels do not fill blocks of 8";
 }
 
 TEST_P(ElementwiseOpTest, SeveralThreadsGiveTheSameResults) {

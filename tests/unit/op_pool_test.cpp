@@ -125,6 +125,35 @@ TEST_P(PoolOpTest, MatchesNaiveLoopAndFiniteDifferences) {
   }
 }
 
+// Note [Blocked activations]: the CPU backend's pooling on blocked activations against the
+// naive NHWC loops, through the test's own layout changes.
+TEST(PoolOpBlocked, EveryKindMatchesTheNaiveLoop) {
+  auto backend = backend_or_skip(Device::kCpu);
+  for (int block : {8, 16}) {
+    for (PoolKind kind : {PoolKind::kMax, PoolKind::kAvg, PoolKind::kGlobalAvg}) {
+      Pool2dConfig c = config(kind, 16, 6, 7, 3, 2, 1);
+      c.block = block;
+      SCOPED_TRACE("block " + std::to_string(block) + " kind " +
+                   std::to_string(static_cast<int>(kind)));
+      const int n = 2;
+      const int64_t ihw = c.in_h * c.in_w, ohw = int64_t{c.out_h()} * c.out_w();
+      const auto x = random_vector(static_cast<size_t>(n * ihw * 16), 71),
+                 dy = random_vector(static_cast<size_t>(n * ohw * 16), 72);
+      std::vector<double> want_y, want_dx;
+      pool_ref(c, n, x, dy, want_y, want_dx);
+      auto op = backend->pool2d(c);
+      DeviceBuffer x_(backend.get(), nhwc_to_blocked(x, n, ihw, 16, block)),
+          dy_(backend.get(), nhwc_to_blocked(dy, n, ohw, 16, block)),
+          y_(backend.get(), want_y.size()), dx_(backend.get(), x.size());
+      op->forward(n, x_.data(), y_.data());
+      EXPECT_TRUE(all_close(blocked_to_nhwc(y_.to_host(), n, ohw, 16, block), want_y, 1e-5, 1e-6));
+      op->backward(n, dy_.data(), dx_.data());
+      EXPECT_TRUE(
+          all_close(blocked_to_nhwc(dx_.to_host(), n, ihw, 16, block), want_dx, 1e-5, 1e-6));
+    }
+  }
+}
+
 TEST_P(PoolOpTest, OneOpServesSeveralBatchSizes) {
   DDPV_BACKEND_OR_SKIP(backend, GetParam());
   const Pool2dConfig c = config(PoolKind::kMax, 3, 4, 4, 2, 2, 0);

@@ -59,6 +59,10 @@ class Layer {
   void check_input(const Tensor& x) const;
   // For layers over images: checks that `in` is (H, W, C), records it and the backend.
   void setup_image_input(Backend& backend, const Shape& in);
+  // The layout of this layer's activations of `channels` channels (Note [Blocked activations]).
+  int act_block(int64_t channels) const {
+    return block_for(static_cast<int>(channels), backend_->activation_block());
+  }
   static void report(const ParamSlot& p, const GradReadyFn& ready) {
     if (ready) ready(p.index);
   }

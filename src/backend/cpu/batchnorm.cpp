@@ -1,4 +1,5 @@
-// BatchNormOp on oneDNN: batch normalisation forward (training, inference) and backward, NHWC,
+// BatchNormOp on oneDNN: batch normalisation forward (training, inference) and backward, NHWC
+// or channel-blocked (Note [Blocked activations]),
 // with separate scale (gamma) and shift (beta) and PyTorch's running-statistics rule.
 #include <memory>
 #include <unordered_map>
@@ -118,7 +119,7 @@ class CpuBatchNorm final : public BatchNormOp {
 
   void build(int n, BatchNormPlan& p) const {
     const dnnl::engine& eng = ctx_.engine;
-    const auto x_md = f32_desc({n, cfg_.channels, cfg_.h, cfg_.w}, Tag::nhwc);
+    const auto x_md = activation_desc({n, cfg_.channels, cfg_.h, cfg_.w}, cfg_.block);
     const auto c_md = f32_desc({cfg_.channels}, Tag::x);
     const auto attr = user_scratchpad_attr();
     const Flags affine = Flags::use_scale | Flags::use_shift;

@@ -1,6 +1,7 @@
 // Conv2dOp on oneDNN: convolution forward, backward-data and backward-weights side by side.
-// Activations NHWC as the caller keeps them; weights OIHW in the caller's arena, reordered into
-// the layout each primitive prefers (see Note [Conv weight layouts]).
+// Activations NHWC or channel-blocked as the caller keeps them (Note [Blocked activations]);
+// weights OIHW in the caller's arena, reordered into the layout each primitive prefers (see
+// Note [Conv weight layouts]).
 #include <memory>
 #include <unordered_map>
 
@@ -16,10 +17,17 @@ namespace {
 // backward-weights computes into a scratch of its layout that is reordered back into the arena,
 // with a sum post-op when gradients accumulate.
 
-// A caller-owned plain tensor as one primitive sees it, in the layout it prefers.
+// Note [Mixed activation layouts]: oneDNN's AVX2 kernels take NHWC -> NHWC or blocked ->
+// blocked, but a convolution from NHWC to blocked (the RGB stem, whose 3 channels cannot be
+// blocked, feeding 16 blocked ones) runs on the reference kernel, 50x slower. Such a
+// convolution computes NHWC -> NHWC and reorders its blocked side: one pass over one
+// activation per direction, for the one or two layers of a network where it happens.
+
+// A caller-owned tensor as one primitive sees it, in the layout it prefers: load() brings the
+// caller's values in, store() takes the primitive's result out (no-ops when the layouts agree).
 struct Relayout {
   Mem user, prim;
-  dnnl::reorder to_prim;
+  dnnl::reorder to_prim, to_user;
   bool same = true;
 
   Relayout() = default;
@@ -30,11 +38,16 @@ struct Relayout {
     } else {
       prim = Mem(prim_md, eng);
       to_prim = dnnl::reorder(user, prim);
+      to_user = dnnl::reorder(prim, user);
     }
   }
   void load(const CpuContext& ctx, const float* p) {
     bind(user, p);
     if (!same) to_prim.execute(ctx.stream, user, prim);
+  }
+  void store(const CpuContext& ctx, float* p) {
+    bind(user, p);
+    if (!same) to_user.execute(ctx.stream, prim, user);
   }
 };
 
@@ -43,7 +56,8 @@ struct ConvPlan {
   dnnl::convolution_forward fwd;
   dnnl::convolution_backward_data bwd_data;
   dnnl::convolution_backward_weights bwd_weights;
-  Mem x, y, dy, dx, b;  // caller memory, bound per call
+  Relayout x, y, dy, dx;  // activations (Note [Mixed activation layouts])
+  Mem b;                  // caller memory, bound per call
   Relayout w_fwd, w_bwd;
   Mem dw_user, dw_prim, db_prim;
   dnnl::reorder dw_store, dw_add;  // dw_prim -> caller's OIHW, overwriting / accumulating
@@ -78,10 +92,11 @@ class CpuConv2d final : public Conv2dOp {
     ConvPlan& p = plan(n);
     DDPV_DNNL_CHECK("conv2d forward", {
       p.w_fwd.load(ctx_, w);
-      bind(p.x, x);
-      bind(p.y, y);
+      p.x.load(ctx_, x);
+      bind(p.y.user, y);
       if (cfg_.bias) bind(p.b, b);
       p.fwd.execute(ctx_.stream, p.fwd_args);
+      p.y.store(ctx_, y);
     });
   }
 
@@ -93,13 +108,14 @@ class CpuConv2d final : public Conv2dOp {
     ctx_.bind_threads();
     ConvPlan& p = plan(n);
     DDPV_DNNL_CHECK("conv2d backward", {
-      bind(p.dy, dy);
+      p.dy.load(ctx_, dy);
       if (dx != nullptr) {
         p.w_bwd.load(ctx_, w);
-        bind(p.dx, dx);
+        bind(p.dx.user, dx);
         p.bwd_data.execute(ctx_.stream, p.bwd_data_args);
+        p.dx.store(ctx_, dx);
       }
-      bind(p.x, x);
+      p.x.load(ctx_, x);
       p.bwd_weights.execute(ctx_.stream, p.bwd_weights_args);
       bind(p.dw_user, dw);
       (accumulate ? p.dw_add : p.dw_store).execute(ctx_.stream, p.dw_prim, p.dw_user);
@@ -127,12 +143,17 @@ class CpuConv2d final : public Conv2dOp {
   void build(int n, ConvPlan& p) const {
     const auto& c = cfg_;
     const dnnl::engine& eng = ctx_.engine;
-    const Mem::dims x_dims{n, c.in_channels, c.in_h, c.in_w};  // logical NCHW, nhwc in memory
+    const Mem::dims x_dims{n, c.in_channels, c.in_h, c.in_w};  // logical NCHW
     const Mem::dims y_dims{n, c.out_channels, c.out_h(), c.out_w()};
     const Mem::dims w_dims{c.out_channels, c.in_channels, c.kernel, c.kernel};
     const Mem::dims b_dims{c.out_channels};
     const Mem::dims strides{c.stride, c.stride}, pad{c.padding, c.padding};
-    const auto x_md = f32_desc(x_dims, Tag::nhwc), y_md = f32_desc(y_dims, Tag::nhwc);
+    // The caller's layouts, and the primitives' (Note [Mixed activation layouts]).
+    const auto x_user = activation_desc(x_dims, c.in_block);
+    const auto y_user = activation_desc(y_dims, c.out_block);
+    const bool mixed = c.in_block != c.out_block;
+    const auto x_md = mixed ? activation_desc(x_dims, 0) : x_user;
+    const auto y_md = mixed ? activation_desc(y_dims, 0) : y_user;
     const auto w_user_md = f32_desc(w_dims, Tag::oihw), b_md = f32_desc(b_dims, Tag::x);
     const auto w_any = f32_desc(w_dims, Tag::any);
     const auto alg = dnnl::algorithm::convolution_direct;
@@ -161,10 +182,10 @@ class CpuConv2d final : public Conv2dOp {
     p.scratch.require(bwd_w_pd);
     p.scratch.allocate(eng);
 
-    p.x = user_memory(x_md, eng);
-    p.y = user_memory(y_md, eng);
-    p.dy = user_memory(y_md, eng);
-    p.dx = user_memory(x_md, eng);
+    p.x = Relayout(x_user, x_md, eng);
+    p.y = Relayout(y_user, y_md, eng);
+    p.dy = Relayout(y_user, y_md, eng);
+    p.dx = Relayout(x_user, x_md, eng);
     p.b = user_memory(b_md, eng);
     p.w_fwd = Relayout(w_user_md, fwd_pd.weights_desc(), eng);
     p.w_bwd = Relayout(w_user_md, bwd_data_pd.weights_desc(), eng);
@@ -179,17 +200,17 @@ class CpuConv2d final : public Conv2dOp {
     p.dw_add = dnnl::reorder(
         dnnl::reorder::primitive_desc(eng, p.dw_prim.get_desc(), eng, w_user_md, add_attr));
 
-    p.fwd_args = {{DNNL_ARG_SRC, p.x},
+    p.fwd_args = {{DNNL_ARG_SRC, p.x.prim},
                   {DNNL_ARG_WEIGHTS, p.w_fwd.prim},
-                  {DNNL_ARG_DST, p.y},
+                  {DNNL_ARG_DST, p.y.prim},
                   {DNNL_ARG_SCRATCHPAD, p.scratch.view(fwd_pd, eng)}};
     if (c.bias) p.fwd_args.emplace(DNNL_ARG_BIAS, p.b);
-    p.bwd_data_args = {{DNNL_ARG_DIFF_DST, p.dy},
+    p.bwd_data_args = {{DNNL_ARG_DIFF_DST, p.dy.prim},
                        {DNNL_ARG_WEIGHTS, p.w_bwd.prim},
-                       {DNNL_ARG_DIFF_SRC, p.dx},
+                       {DNNL_ARG_DIFF_SRC, p.dx.prim},
                        {DNNL_ARG_SCRATCHPAD, p.scratch.view(bwd_data_pd, eng)}};
-    p.bwd_weights_args = {{DNNL_ARG_SRC, p.x},
-                          {DNNL_ARG_DIFF_DST, p.dy},
+    p.bwd_weights_args = {{DNNL_ARG_SRC, p.x.prim},
+                          {DNNL_ARG_DIFF_DST, p.dy.prim},
                           {DNNL_ARG_DIFF_WEIGHTS, p.dw_prim},
                           {DNNL_ARG_SCRATCHPAD, p.scratch.view(bwd_w_pd, eng)}};
     if (c.bias) p.bwd_weights_args.emplace(DNNL_ARG_DIFF_BIAS, p.db_prim);

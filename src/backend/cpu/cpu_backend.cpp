@@ -7,6 +7,7 @@
 
 #include <cfloat>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -25,6 +26,20 @@ namespace {
 // Below this many elements a loop runs on one thread: waking a team costs more than it saves.
 constexpr int64_t kParallelMin = 1 << 16;
 
+// Note [Blocked activations] on oneDNN: 16-channel blocks where AVX-512 runs, 8 otherwise;
+// DDPV_CPU_LAYOUT=nhwc keeps NHWC (for comparisons), =blocked (the default) blocks.
+int preferred_block() {
+  if (const char* env = std::getenv("DDPV_CPU_LAYOUT")) {
+    const std::string v = env;
+    DDPV_CHECK(v == "nhwc" || v == "blocked", "DDPV_CPU_LAYOUT must be nhwc or blocked, got '",
+               v, "'");
+    if (v == "nhwc") return 0;
+  }
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+  return (isa & avx512) == avx512 ? 16 : 8;
+}
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const BackendOptions& options) {
@@ -35,6 +50,11 @@ class CpuBackend final : public Backend {
     DDPV_CHECK(options.precision == Precision::kF32, "the CPU backend computes in fp32 only; ",
                precision_name(options.precision), " was asked: use --precision fp32");
     ctx_.threads = options.threads;
+    ctx_.block = options.activation_block >= 0 ? options.activation_block : preferred_block();
+    DDPV_CHECK(ctx_.block == 0 || ctx_.block == 8 || ctx_.block == 16,
+               "the CPU backend keeps activations in NHWC (block 0) or in blocks of 8 or 16 "
+               "channels, not ",
+               ctx_.block);
     ctx_.bind_threads();
     DDPV_DNNL_CHECK("creating the CPU engine and stream", {
       ctx_.engine = dnnl::engine(dnnl::engine::kind::cpu, 0);
@@ -138,27 +158,28 @@ class CpuBackend final : public Backend {
     return bad == 0;
   }
 
-  // x: (N, H, W, C) -> y: (N, C, H, W)
-  void nhwc_to_nchw(int n, int h, int w, int c, const float* x, float* y) override {
-    DDPV_CHECK(x != y, "nhwc_to_nchw: a transpose cannot run in place");
+  void relayout(int n, int h, int w, int c, int from, int to, const float* x,
+                float* y) override {
+    DDPV_CHECK(x != y, "relayout: cannot run in place");
+    for (int layout : {from, to}) {
+      DDPV_CHECK(layout == kNchw || layout == 0 || (layout > 0 && c % layout == 0), "relayout: ",
+                 c, " channels have no layout with block ", layout);
+    }
     ctx_.bind_threads();
     const int64_t hw = static_cast<int64_t>(h) * w;
+    // The offset of element (i, ch, s) (s: the spatial index) in a layout.
+    auto offset = [c, hw](int layout, int64_t i, int64_t ch, int64_t s) {
+      if (layout == kNchw) return (i * c + ch) * hw + s;
+      if (layout == 0) return (i * hw + s) * c + ch;
+      return ((i * (c / layout) + ch / layout) * hw + s) * layout + ch % layout;
+    };
 #pragma omp parallel for if (static_cast <int64_t>(n) * hw * c >= kParallelMin)
     for (int i = 0; i < n; ++i)
       for (int64_t s = 0; s < hw; ++s)
-        for (int ch = 0; ch < c; ++ch) y[(i * int64_t{c} + ch) * hw + s] = x[(i * hw + s) * c + ch];
+        for (int ch = 0; ch < c; ++ch) y[offset(to, i, ch, s)] = x[offset(from, i, ch, s)];
   }
 
-  // x: (N, C, H, W) -> y: (N, H, W, C)
-  void nchw_to_nhwc(int n, int h, int w, int c, const float* x, float* y) override {
-    DDPV_CHECK(x != y, "nchw_to_nhwc: a transpose cannot run in place");
-    ctx_.bind_threads();
-    const int64_t hw = static_cast<int64_t>(h) * w;
-#pragma omp parallel for if (static_cast <int64_t>(n) * hw * c >= kParallelMin)
-    for (int i = 0; i < n; ++i)
-      for (int64_t s = 0; s < hw; ++s)
-        for (int ch = 0; ch < c; ++ch) y[(i * hw + s) * c + ch] = x[(i * int64_t{c} + ch) * hw + s];
-  }
+  int activation_block() const override { return ctx_.block; }
 
   void sgd_update(const SgdConfig& cfg, const std::vector<ParamSpan>& spans, int64_t count,
                   float* param, const float* grad, float* momentum) override;

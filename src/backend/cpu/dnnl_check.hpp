@@ -51,6 +51,7 @@ struct CpuContext {
   dnnl::engine engine;
   dnnl::stream stream;
   int threads = 0;  // 0: the OpenMP runtime's default
+  int block = 0;    // the activation block (Note [Blocked activations])
 
   // Note [OpenMP threads per calling thread]: omp_set_num_threads sets the team size for the
   // calling thread only, and libdnnl runs its OpenMP regions from whichever thread calls it
@@ -61,6 +62,14 @@ struct CpuContext {
 
 // A plain f32 memory descriptor of the given dims and tag.
 inline Mem::desc f32_desc(const Mem::dims& dims, Tag tag) { return Mem::desc(dims, Dt::f32, tag); }
+// An activation of logical dims (N, C, H, W) in the layout of `block` (Note [Blocked
+// activations]): NHWC for 0, oneDNN's nChw8c / nChw16c for 8 / 16.
+inline Mem::desc activation_desc(const Mem::dims& nchw, int block) {
+  DDPV_CHECK(block == 0 || block == 8 || block == 16, "no activation layout with block ", block);
+  DDPV_CHECK(block == 0 || nchw[1] % block == 0, nchw[1], " channels do not fill blocks of ",
+             block);
+  return f32_desc(nchw, block == 0 ? Tag::nhwc : block == 8 ? Tag::nChw8c : Tag::nChw16c);
+}
 
 // A memory object over caller-owned data; the pointer is bound per call with bind().
 inline Mem user_memory(const Mem::desc& md, const dnnl::engine& eng) {

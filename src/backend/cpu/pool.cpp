@@ -1,5 +1,6 @@
 // Pool2dOp on oneDNN: max pooling (with a workspace for backward), average pooling counting the
-// padding as PyTorch's default does, and global average pooling; forward and backward, NHWC.
+// padding as PyTorch's default does, and global average pooling; forward and backward, NHWC or
+// channel-blocked (Note [Blocked activations]).
 #include <memory>
 #include <unordered_map>
 
@@ -99,8 +100,8 @@ class CpuPool2d final : public Pool2dOp {
     const dnnl::algorithm alg = c.kind == PoolKind::kMax ? dnnl::algorithm::pooling_max
                                 : global ? dnnl::algorithm::pooling_avg_exclude_padding
                                          : dnnl::algorithm::pooling_avg_include_padding;
-    const auto x_md = f32_desc({n, c.channels, c.in_h, c.in_w}, Tag::nhwc);
-    const auto y_md = f32_desc({n, c.channels, c.out_h(), c.out_w()}, Tag::nhwc);
+    const auto x_md = activation_desc({n, c.channels, c.in_h, c.in_w}, c.block);
+    const auto y_md = activation_desc({n, c.channels, c.out_h(), c.out_w()}, c.block);
     const auto attr = user_scratchpad_attr();
     using Fwd = dnnl::pooling_forward;
     using Bwd = dnnl::pooling_backward;

@@ -169,12 +169,15 @@ class CudaBackend final : public Backend {
   }
 
   std::unique_ptr<Conv2dOp> conv2d(const Conv2dConfig& cfg) override {
+    DDPV_CHECK(cfg.in_block == 0 && cfg.out_block == 0, "the CUDA backend keeps activations NHWC");
     return cuda::make_conv2d(ctx_, cfg);
   }
   std::unique_ptr<BatchNormOp> batchnorm2d(const BatchNormConfig& cfg) override {
+    DDPV_CHECK(cfg.block == 0, "the CUDA backend keeps activations NHWC");
     return cuda::make_batchnorm2d(ctx_, cfg);
   }
   std::unique_ptr<Pool2dOp> pool2d(const Pool2dConfig& cfg) override {
+    DDPV_CHECK(cfg.block == 0, "the CUDA backend keeps activations NHWC");
     return cuda::make_pool2d(ctx_, cfg);
   }
   std::unique_ptr<LinearOp> linear(const LinearConfig& cfg) override {
@@ -207,13 +210,17 @@ class CudaBackend final : public Backend {
     if (count > 0) DDPV_CUDA_CHECK(cuda::bf16_to_f32(count, x, y, ctx_->stream()));
   }
 
-  void nhwc_to_nchw(int n, int h, int w, int c, const float* x, float* y) override {
-    DDPV_CHECK(x != y, "nhwc_to_nchw: a transpose cannot run in place");
-    DDPV_CUDA_CHECK(cuda::transpose_last2(n, int64_t{h} * w, c, x, y, ctx_->stream()));
-  }
-  void nchw_to_nhwc(int n, int h, int w, int c, const float* x, float* y) override {
-    DDPV_CHECK(x != y, "nchw_to_nhwc: a transpose cannot run in place");
-    DDPV_CUDA_CHECK(cuda::transpose_last2(n, c, int64_t{h} * w, x, y, ctx_->stream()));
+  void relayout(int n, int h, int w, int c, int from, int to, const float* x,
+                float* y) override {
+    DDPV_CHECK(x != y, "relayout: a transpose cannot run in place");
+    if (from == 0 && to == kNchw) {
+      DDPV_CUDA_CHECK(cuda::transpose_last2(n, int64_t{h} * w, c, x, y, ctx_->stream()));
+    } else if (from == kNchw && to == 0) {
+      DDPV_CUDA_CHECK(cuda::transpose_last2(n, c, int64_t{h} * w, x, y, ctx_->stream()));
+    } else {
+      DDPV_FAIL("the CUDA backend converts activations between NHWC and NCHW only (asked: ",
+                from, " -> ", to, ")");
+    }
   }
 
   bool all_finite(int64_t count, const float* x) override {
