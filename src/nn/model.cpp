@@ -15,7 +15,7 @@ struct Model::Impl {
   Sequence seq;
   std::vector<ParamSlot*> param_slots, buffer_slots;  // forward order
   Tensor input;                                       // the last forward's x
-  int input_block = 0;  // the first layer's input layout (Note [Blocked activations])
+  int input_block = 0;   // the first layer's input layout (Note [Blocked activations])
   Tensor blocked_input;  // x in that layout, when it is not NHWC
 };
 
@@ -66,9 +66,9 @@ Model::Model(std::string name, Backend& backend, std::vector<std::unique_ptr<Lay
       num_classes_(num_classes) {
   for (auto& l : layers) impl_->seq.add(std::move(l));
   const Shape out = impl_->seq.setup(backend, input_hwc);
-  impl_->input_block = input_hwc.rank() == 3 ? block_for(static_cast<int>(input_hwc[2]),
-                                                          backend.activation_block())
-                                              : 0;
+  impl_->input_block = input_hwc.rank() == 3
+                           ? block_for(static_cast<int>(input_hwc[2]), backend.activation_block())
+                           : 0;
   DDPV_CHECK(out == Shape{num_classes}, "model ", name_, ": produces ", out.str(),
              " per sample, expected (", num_classes, ") logits");
   impl_->seq.collect(impl_->param_slots, impl_->buffer_slots);

@@ -99,8 +99,8 @@ class FlattenLayer final : public Layer {
  private:
   void relayout(const Tensor& from, Tensor& to, int from_layout, int to_layout) {
     backend_->relayout(static_cast<int>(from.shape()[0]), static_cast<int>(in_[0]),
-                       static_cast<int>(in_[1]), static_cast<int>(in_[2]), from_layout,
-                       to_layout, from.data<float>(), to.data<float>());
+                       static_cast<int>(in_[1]), static_cast<int>(in_[2]), from_layout, to_layout,
+                       from.data<float>(), to.data<float>());
   }
 };
 

@@ -149,10 +149,9 @@ TEST(ConvOpBlocked, EveryLayoutPairMatchesTheNaiveLoop) {
   auto backend = backend_or_skip(Device::kCpu);
   uint64_t seed = 500;
   for (int block : {8, 16}) {
-    for (ConvCase cc : {ConvCase{2, 16, 16, 6, 5, 3, 1, 1, false},
-                        ConvCase{2, 3, 16, 7, 7, 3, 2, 1, false},
-                        ConvCase{1, 16, 3, 5, 6, 1, 1, 0, true},
-                        ConvCase{2, 8, 16, 6, 6, 3, 2, 1, true}}) {
+    for (ConvCase cc :
+         {ConvCase{2, 16, 16, 6, 5, 3, 1, 1, false}, ConvCase{2, 3, 16, 7, 7, 3, 2, 1, false},
+          ConvCase{1, 16, 3, 5, 6, 1, 1, 0, true}, ConvCase{2, 8, 16, 6, 6, 3, 2, 1, true}}) {
       Conv2dConfig c = cc.config();
       c.in_block = block_for(c.in_channels, block);
       c.out_block = block_for(c.out_channels, block);

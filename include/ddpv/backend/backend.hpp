@@ -224,8 +224,7 @@ class Backend {
   // layer's weight maps 1:1 onto torch, and for a model input that must become blocked. y must
   // not alias x. The CUDA backend converts between NHWC and NCHW only.
   static constexpr int kNchw = -1;
-  virtual void relayout(int n, int h, int w, int c, int from, int to, const float* x,
-                        float* y) = 0;
+  virtual void relayout(int n, int h, int w, int c, int from, int to, const float* x, float* y) = 0;
   // The activation block this backend prefers (Note [Blocked activations]); 0: NHWC.
   virtual int activation_block() const { return 0; }
 

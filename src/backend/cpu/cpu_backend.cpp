@@ -31,8 +31,8 @@ constexpr int64_t kParallelMin = 1 << 16;
 int preferred_block() {
   if (const char* env = std::getenv("DDPV_CPU_LAYOUT")) {
     const std::string v = env;
-    DDPV_CHECK(v == "nhwc" || v == "blocked", "DDPV_CPU_LAYOUT must be nhwc or blocked, got '",
-               v, "'");
+    DDPV_CHECK(v == "nhwc" || v == "blocked", "DDPV_CPU_LAYOUT must be nhwc or blocked, got '", v,
+               "'");
     if (v == "nhwc") return 0;
   }
   const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
@@ -158,12 +158,11 @@ class CpuBackend final : public Backend {
     return bad == 0;
   }
 
-  void relayout(int n, int h, int w, int c, int from, int to, const float* x,
-                float* y) override {
+  void relayout(int n, int h, int w, int c, int from, int to, const float* x, float* y) override {
     DDPV_CHECK(x != y, "relayout: cannot run in place");
     for (int layout : {from, to}) {
-      DDPV_CHECK(layout == kNchw || layout == 0 || (layout > 0 && c % layout == 0), "relayout: ",
-                 c, " channels have no layout with block ", layout);
+      DDPV_CHECK(layout == kNchw || layout == 0 || (layout > 0 && c % layout == 0), "relayout: ", c,
+                 " channels have no layout with block ", layout);
     }
     ctx_.bind_threads();
     const int64_t hw = static_cast<int64_t>(h) * w;

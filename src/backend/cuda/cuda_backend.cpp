@@ -210,16 +210,15 @@ class CudaBackend final : public Backend {
     if (count > 0) DDPV_CUDA_CHECK(cuda::bf16_to_f32(count, x, y, ctx_->stream()));
   }
 
-  void relayout(int n, int h, int w, int c, int from, int to, const float* x,
-                float* y) override {
+  void relayout(int n, int h, int w, int c, int from, int to, const float* x, float* y) override {
     DDPV_CHECK(x != y, "relayout: a transpose cannot run in place");
     if (from == 0 && to == kNchw) {
       DDPV_CUDA_CHECK(cuda::transpose_last2(n, int64_t{h} * w, c, x, y, ctx_->stream()));
     } else if (from == kNchw && to == 0) {
       DDPV_CUDA_CHECK(cuda::transpose_last2(n, c, int64_t{h} * w, x, y, ctx_->stream()));
     } else {
-      DDPV_FAIL("the CUDA backend converts activations between NHWC and NCHW only (asked: ",
-                from, " -> ", to, ")");
+      DDPV_FAIL("the CUDA backend converts activations between NHWC and NCHW only (asked: ", from,
+                " -> ", to, ")");
     }
   }
 
