@@ -88,6 +88,7 @@ TEST_P(PoolOpTest, MatchesNaiveLoopAndFiniteDifferences) {
       {"max k2 s2", 2, config(PoolKind::kMax, 3, 6, 7, 2, 2, 0)},
       {"max k3 s2 p1", 2, config(PoolKind::kMax, 4, 7, 5, 3, 2, 1)},
       {"max k3 s1 p1", 1, config(PoolKind::kMax, 2, 5, 5, 3, 1, 1)},
+      {"max k3 s2 p1 on 1x2", 2, config(PoolKind::kMax, 3, 1, 2, 3, 2, 1)},  // windows mostly padding
       {"avg k2 s2", 2, config(PoolKind::kAvg, 3, 6, 7, 2, 2, 0)},
       {"avg k3 s2 p1", 2, config(PoolKind::kAvg, 4, 7, 5, 3, 2, 1)},
       {"avg k3 s1 p1", 1, config(PoolKind::kAvg, 2, 5, 6, 3, 1, 1)},
@@ -151,6 +152,19 @@ TEST(PoolOpBlocked, EveryKindMatchesTheNaiveLoop) {
       EXPECT_TRUE(
           all_close(blocked_to_nhwc(dx_.to_host(), n, ihw, 16, block), want_dx, 1e-5, 1e-6));
     }
+  }
+}
+
+TEST_P(PoolOpTest, MaxPoolingPropagatesNaN) {
+  DDPV_BACKEND_OR_SKIP(backend, GetParam());
+  // One channel, 2x2 image, one 2x2 window: NaN anywhere in it makes the output NaN (PyTorch).
+  for (int at = 0; at < 4; ++at) {
+    std::vector<float> x = {1.0f, 5.0f, -2.0f, 3.0f};
+    x[static_cast<size_t>(at)] = std::nanf("");
+    auto op = backend->pool2d(config(PoolKind::kMax, 1, 2, 2, 2, 2, 0));
+    DeviceBuffer x_(backend.get(), x), y_(backend.get(), 1);
+    op->forward(1, x_.data(), y_.data());
+    EXPECT_TRUE(std::isnan(y_.to_host()[0])) << "NaN at " << at;
   }
 }
 
