@@ -62,23 +62,23 @@ inline size_t blocked_offset(int block, int c, int64_t hw, int64_t i, int64_t s,
   if (block == 0) return static_cast<size_t>((i * hw + s) * c + ch);
   return static_cast<size_t>(((i * (c / block) + ch / block) * hw + s) * block + ch % block);
 }
-inline std::vector<float> nhwc_to_blocked(const std::vector<float>& v, int n, int64_t hw, int c,
-                                          int block) {
+inline std::vector<float> change_layout(const std::vector<float>& v, int n, int64_t hw, int c,
+                                        int from_block, int to_block) {
   std::vector<float> out(v.size());
   for (int64_t i = 0; i < n; ++i)
     for (int64_t s = 0; s < hw; ++s)
       for (int64_t ch = 0; ch < c; ++ch)
-        out[blocked_offset(block, c, hw, i, s, ch)] = v[blocked_offset(0, c, hw, i, s, ch)];
+        out[blocked_offset(to_block, c, hw, i, s, ch)] =
+            v[blocked_offset(from_block, c, hw, i, s, ch)];
   return out;
+}
+inline std::vector<float> nhwc_to_blocked(const std::vector<float>& v, int n, int64_t hw, int c,
+                                          int block) {
+  return change_layout(v, n, hw, c, 0, block);
 }
 inline std::vector<float> blocked_to_nhwc(const std::vector<float>& v, int n, int64_t hw, int c,
                                           int block) {
-  std::vector<float> out(v.size());
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t s = 0; s < hw; ++s)
-      for (int64_t ch = 0; ch < c; ++ch)
-        out[blocked_offset(0, c, hw, i, s, ch)] = v[blocked_offset(block, c, hw, i, s, ch)];
-  return out;
+  return change_layout(v, n, hw, c, block, 0);
 }
 
 inline std::vector<double> to_double(const std::vector<float>& v) {
