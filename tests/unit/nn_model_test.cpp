@@ -1,5 +1,6 @@
 // Model graph: arena layout in reverse layer order, decay spans, PyTorch names and counts,
 // bad-input errors, gradient accumulation, and a small end-to-end learning check.
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -113,7 +114,12 @@ TEST(ModelTest, AccumulateAddsGradients) {
   run(0, 2, false);
   run(2, 2, true);
   const auto acc = m->get_grad("conv2.weight");
-  EXPECT_LE(test::max_rel_error(acc, full, 1e-4), 1e-4);
+  // Errors relative to the largest entry: conv2 runs as Winograd (Note [Winograd convolution]),
+  // whose rounding follows the magnitude of a whole tile, not of each entry. Overwriting
+  // instead of adding would miss by about half the largest entry.
+  float largest = 0;
+  for (float v : full) largest = std::max(largest, std::abs(v));
+  EXPECT_LE(test::max_rel_error(acc, full, largest), 1e-5);
 }
 
 // A single process learns a small separable problem: lenet on images whose class is the

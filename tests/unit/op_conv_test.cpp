@@ -1,6 +1,10 @@
 // Conv2dOp against a naive double-precision loop and finite differences, on every device.
+#include <algorithm>
+#include <cmath>
 #include <string>
+#include <utility>
 
+#include "backend/cpu/winograd.hpp"
 #include "op_check.hpp"
 
 namespace ddpv::test {
@@ -264,6 +268,190 @@ TEST_P(ConvOpTest, RejectsBadConfigurations) {
   }
   auto op = backend->conv2d(good);
   EXPECT_THROW(op->forward(0, nullptr, nullptr, nullptr, nullptr), Error);
+}
+
+// ---- Winograd convolution on the CPU (Note [Winograd convolution]) --------------------------
+
+// The matrices compute a 1-D correlation y_i = sum_k g_k d_{i+k} exactly (in double), and to
+// float rounding when narrowed to the float matrices the loops use.
+TEST(WinogradMatrices, ComputeTheOneDimensionalCorrelation) {
+  uint64_t seed = 900;
+  for (auto [m, r] : {std::pair{2, 3}, {4, 3}, {2, 5}, {4, 5}}) {
+    SCOPED_TRACE("F(" + std::to_string(m) + "," + std::to_string(r) + ")");
+    const cpu::WinogradMatricesF64 f = cpu::winograd_matrices_f64(m, r);
+    const cpu::WinogradMatrices w = cpu::winograd_matrices(m, r);
+    ASSERT_EQ(f.alpha, m + r - 1);
+    const int a = f.alpha;
+    const auto d = random_vector(a, ++seed), g = random_vector(r, ++seed);
+    for (int i = 0; i < m; ++i) {
+      double naive = 0, exact = 0, narrowed = 0;
+      for (int k = 0; k < r; ++k) naive += double(g[k]) * d[i + k];
+      for (int p = 0; p < a; ++p) {
+        double gg = 0, dd = 0, ggf = 0, ddf = 0;
+        for (int k = 0; k < r; ++k) gg += f.g[p * r + k] * g[k], ggf += w.g[p * r + k] * g[k];
+        for (int j = 0; j < a; ++j) dd += f.bt[p * a + j] * d[j], ddf += w.bt[p * a + j] * d[j];
+        exact += f.at[i * a + p] * gg * dd;
+        narrowed += w.at[i * a + p] * ggf * ddf;
+      }
+      EXPECT_NEAR(exact, naive, 1e-12) << "output " << i;
+      EXPECT_NEAR(narrowed, naive, 1e-5) << "output " << i;
+    }
+  }
+}
+
+// A CPU backend whose stride-1 3x3 and 5x5 convolutions all take the Winograd path.
+std::unique_ptr<Backend> winograd_backend(int block) {
+  BackendOptions o;
+  o.threads = 1;
+  o.activation_block = block;
+  o.conv_algorithm = ConvAlgorithm::kWinograd;
+  return make_backend(o);
+}
+
+double max_abs(const std::vector<double>& v) {
+  double m = 0;
+  for (double x : v) m = std::max(m, std::abs(x));
+  return m;
+}
+
+// Winograd's rounding follows the magnitude of a whole tile: entries are compared to 1e-5 of
+// the largest (a wrong transform or a lost tile misses by far more than that).
+::testing::AssertionResult winograd_close(const std::vector<float>& got,
+                                          const std::vector<double>& want) {
+  return all_close(got, want, 1e-4, 1e-5 * std::max(1.0, max_abs(want)));
+}
+
+// Forward, backward-data, backward-weights and bias against the naive loops, in NHWC and in
+// blocks of 8 and 16: both tile sizes, 3x3 and 5x5, padding from 0 to more than the kernel
+// half, sizes that do not fill the last tile, outputs too small for a 4x4 tile, and batches
+// that take several chunks. Then backward again, accumulating: every gradient doubles.
+TEST(ConvOpWinograd, MatchesTheNaiveLoopInEveryLayout) {
+  uint64_t seed = 1000;
+  for (int block : {0, 8, 16}) {
+    auto backend = winograd_backend(block);
+    for (ConvCase cc :
+         {ConvCase{2, 16, 16, 7, 9, 3, 1, 1, true}, ConvCase{3, 32, 16, 14, 14, 5, 1, 2, false},
+          ConvCase{2, 16, 32, 5, 6, 5, 1, 0, true},  // 1x2 output: F(2x2, 5x5)
+          ConvCase{1, 16, 16, 11, 4, 3, 1, 2, true},
+          ConvCase{13, 16, 16, 8, 8, 3, 1, 1, true}}) {  // 2 chunks of images
+      Conv2dConfig c = cc.config();
+      c.in_block = block_for(c.in_channels, block);
+      c.out_block = block_for(c.out_channels, block);
+      auto op = backend->conv2d(c);
+      SCOPED_TRACE(cc.str() + " block " + std::to_string(block) + ": " + op->algorithm());
+      EXPECT_NE(op->algorithm().find("winograd"), std::string::npos);
+      const int n = cc.n;
+      const int64_t ihw = int64_t{c.in_h} * c.in_w, ohw = int64_t{c.out_h()} * c.out_w();
+      const size_t nx = static_cast<size_t>(n * ihw * c.in_channels);
+      const size_t ny = static_cast<size_t>(n * ohw * c.out_channels);
+      const size_t nw = static_cast<size_t>(c.out_channels) * c.in_channels * c.kernel * c.kernel;
+      const auto x = random_vector(nx, ++seed), w = random_vector(nw, ++seed, -0.5f, 0.5f),
+                 b = random_vector(c.out_channels, ++seed), r = random_vector(ny, ++seed);
+      DeviceBuffer x_(backend.get(), nhwc_to_blocked(x, n, ihw, c.in_channels, c.in_block)),
+          w_(backend.get(), w), b_(backend.get(), b),
+          dy_(backend.get(), nhwc_to_blocked(r, n, ohw, c.out_channels, c.out_block)),
+          y_(backend.get(), std::vector<float>(ny, 1e30f)),
+          gx(backend.get(), std::vector<float>(nx, 1e30f)),
+          gw(backend.get(), std::vector<float>(nw, 1e30f)),
+          gb(backend.get(), std::vector<float>(size_t(c.out_channels), 1e30f));
+      const float* bias = c.bias ? b_.data() : nullptr;
+      float* db = c.bias ? gb.data() : nullptr;
+      op->forward(n, x_.data(), w_.data(), bias, y_.data());
+      EXPECT_TRUE(winograd_close(blocked_to_nhwc(y_.to_host(), n, ohw, c.out_channels, c.out_block),
+                                 conv_forward_ref(c, n, x, w, b)))
+          << "y";
+      op->backward(n, x_.data(), w_.data(), dy_.data(), gx.data(), gw.data(), db, false);
+      ConvGrads ref = conv_backward_ref(c, n, x, w, r);
+      EXPECT_TRUE(
+          winograd_close(blocked_to_nhwc(gx.to_host(), n, ihw, c.in_channels, c.in_block), ref.dx))
+          << "dx";
+      EXPECT_TRUE(winograd_close(gw.to_host(), ref.dw)) << "dw";
+      if (c.bias) {
+        EXPECT_TRUE(winograd_close(gb.to_host(), ref.db)) << "db";
+      }
+      op->backward(n, x_.data(), w_.data(), dy_.data(), nullptr, gw.data(), db, true);
+      for (double& v : ref.dw) v *= 2;
+      for (double& v : ref.db) v *= 2;
+      EXPECT_TRUE(winograd_close(gw.to_host(), ref.dw)) << "dw accumulated";
+      if (c.bias) {
+        EXPECT_TRUE(winograd_close(gb.to_host(), ref.db)) << "db accumulated";
+      }
+    }
+  }
+}
+
+// The loops built for the baseline instruction set (what a CPU without AVX2 + FMA runs) give
+// what the AVX2 ones give, transform by transform, on a geometry with partial tiles.
+TEST(ConvOpWinograd, BaselineLoopsMatchTheAvx2Ones) {
+  const cpu::WinogradKernels* avx2 = cpu::winograd_kernels_avx2(4, 5);
+  if (avx2 == nullptr || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+    GTEST_SKIP() << "no AVX2 + FMA here: only the baseline loops exist";
+  for (auto [m, r] : {std::pair{2, 3}, {4, 3}, {2, 5}, {4, 5}}) {
+    SCOPED_TRACE("F(" + std::to_string(m) + "," + std::to_string(r) + ")");
+    const cpu::WinogradKernels* fast = cpu::winograd_kernels_avx2(m, r);
+    const cpu::WinogradKernels* base = cpu::winograd_kernels_generic(m, r);
+    ASSERT_NE(fast, nullptr);
+    ASSERT_NE(base, nullptr);
+    const cpu::WinogradMatrices mat = cpu::winograd_matrices(m, r);
+    cpu::WinogradGeometry g;
+    g.m = m;
+    g.r = r;
+    g.alpha = mat.alpha;
+    g.pad = r / 2;
+    g.in_h = 9;
+    g.in_w = 7;
+    g.out_h = g.in_h + 2 * g.pad - r + 1;
+    g.out_w = g.in_w + 2 * g.pad - r + 1;
+    g.tiles_h = (g.out_h + m - 1) / m;
+    g.tiles_w = (g.out_w + m - 1) / m;
+    g.cin = g.in_block = 16;
+    g.cout = 24;
+    g.out_block = 8;
+    const int n = 2;
+    const int64_t rows = int64_t{n} * g.tiles(), points = int64_t{g.alpha} * g.alpha;
+    const auto x = random_vector(size_t(n) * g.in_h * g.in_w * g.cin, 31);
+    const auto dy = random_vector(size_t(n) * g.out_h * g.out_w * g.cout, 32);
+    const auto t_in = random_vector(size_t(points * cpu::winograd_point_stride(rows, g.cin)), 33);
+    const auto t_out = random_vector(size_t(points * cpu::winograd_point_stride(rows, g.cout)), 34);
+    const auto bias = random_vector(size_t(g.cout), 35);
+    auto run = [&](const cpu::WinogradKernels* k) {
+      std::vector<float> v(t_in.size()), y(dy.size()), dm(t_out.size()), dx(x.size(), 0.5f),
+          db(bias);
+      k->input(g, mat.bt.data(), x.data(), 0, n, v.data());
+      k->output(g, mat.at.data(), t_out.data(), bias.data(), 0, n, y.data());
+      k->output_adjoint(g, mat.at.data(), dy.data(), 0, n, dm.data());
+      k->input_adjoint(g, mat.bt.data(), t_in.data(), 0, n, dx.data());
+      k->bias_grad(g, dy.data(), 0, n, db.data());
+      return std::vector<std::vector<float>>{v, y, dm, dx, db};
+    };
+    const auto want = run(fast), got = run(base);
+    const char* names[] = {"input", "output", "output_adjoint", "input_adjoint", "bias_grad"};
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_TRUE(winograd_close(got[i], to_double(want[i]))) << names[i];
+  }
+}
+
+// kAuto takes Winograd where it was measured faster (5x5, 16 channels or more, stride 1) and
+// the direct kernels elsewhere; kDirect never takes it.
+TEST(ConvOpWinograd, AutoPicksPerLayer) {
+  BackendOptions o;
+  o.threads = 1;
+  auto autob = make_backend(o);
+  o.conv_algorithm = ConvAlgorithm::kDirect;
+  auto direct = make_backend(o);
+  const int b = autob->activation_block();
+  auto conv = [&](Backend& be, ConvCase cc) {
+    Conv2dConfig c = cc.config();
+    c.in_block = block_for(c.in_channels, b);
+    c.out_block = block_for(c.out_channels, b);
+    return be.conv2d(c)->algorithm();
+  };
+  const ConvCase lenet_conv2{64, 32, 64, 14, 14, 5, 1, 2, true};
+  EXPECT_EQ(conv(*autob, lenet_conv2), "winograd F(4x4,5x5)");
+  EXPECT_EQ(conv(*direct, lenet_conv2), "direct");
+  EXPECT_EQ(conv(*autob, ConvCase{64, 1, 32, 28, 28, 5, 1, 2, true}), "direct");   // 1 channel
+  EXPECT_EQ(conv(*autob, ConvCase{64, 32, 64, 14, 14, 5, 2, 2, true}), "direct");  // stride 2
+  EXPECT_EQ(conv(*autob, ConvCase{64, 32, 32, 16, 16, 1, 1, 0, true}), "direct");  // 1x1
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, ConvOpTest, ::testing::ValuesIn(test_devices()),

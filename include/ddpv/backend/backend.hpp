@@ -80,6 +80,8 @@ class Conv2dOp {
   // db: (Cout) (null when no bias). accumulate: add to dw/db instead of overwriting them.
   virtual void backward(int n, const float* x, const float* w, const float* dy, float* dx,
                         float* dw, float* db, bool accumulate) = 0;
+  // How the op computes, for logs and tests: "direct", "winograd F(4x4,5x5)", ...
+  virtual std::string algorithm() const { return "direct"; }
 };
 
 class BatchNormOp {
@@ -168,6 +170,12 @@ class UploadStream {
   virtual void host_done(int slot) = 0;
 };
 
+enum class ConvAlgorithm : uint8_t {
+  kAuto,      // the backend picks per layer
+  kDirect,    // the library's direct convolution everywhere
+  kWinograd,  // Winograd wherever the layer allows it (stride 1, 3x3 or 5x5, ...)
+};
+
 struct BackendOptions {
   Device device = Device::kCpu;
   int device_index = 0;  // GPU ordinal (the rank's node-local rank)
@@ -177,6 +185,9 @@ struct BackendOptions {
   // CPU: the activation block (Note [Blocked activations]); -1 = the ISA's (or the
   // DDPV_CPU_LAYOUT environment variable: "nhwc" or "blocked"), 0 = NHWC.
   int activation_block = -1;
+  // CPU: how stride-1 3x3 and 5x5 convolutions compute (Note [Winograd convolution]); kAuto
+  // (or the DDPV_CPU_CONV environment variable: "auto", "direct" or "winograd") picks per layer.
+  ConvAlgorithm conv_algorithm = ConvAlgorithm::kAuto;
 };
 
 class Backend {

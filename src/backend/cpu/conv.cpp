@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "backend/cpu/cpu_ops.hpp"
+#include "backend/cpu/winograd.hpp"
 
 namespace ddpv::cpu {
 namespace {
@@ -224,6 +225,8 @@ class CpuConv2d final : public Conv2dOp {
 }  // namespace
 
 std::unique_ptr<Conv2dOp> make_conv2d(const CpuContext& ctx, const Conv2dConfig& cfg) {
+  check_config(cfg);
+  if (const int tile = winograd_tile(ctx.conv, cfg)) return make_winograd_conv2d(ctx, cfg, tile);
   return std::make_unique<CpuConv2d>(ctx, cfg);
 }
 

@@ -40,6 +40,18 @@ int preferred_block() {
   return (isa & avx512) == avx512 ? 16 : 8;
 }
 
+// Note [Winograd convolution]: DDPV_CPU_CONV=direct|winograd|auto overrides the option's kAuto.
+ConvAlgorithm conv_algorithm(ConvAlgorithm option) {
+  const char* env = std::getenv("DDPV_CPU_CONV");
+  if (option != ConvAlgorithm::kAuto || env == nullptr) return option;
+  const std::string v = env;
+  DDPV_CHECK(v == "auto" || v == "direct" || v == "winograd",
+             "DDPV_CPU_CONV must be auto, direct or winograd, got '", v, "'");
+  return v == "direct" ? ConvAlgorithm::kDirect
+         : v == "winograd" ? ConvAlgorithm::kWinograd
+                           : ConvAlgorithm::kAuto;
+}
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const BackendOptions& options) {
@@ -51,6 +63,7 @@ class CpuBackend final : public Backend {
                precision_name(options.precision), " was asked: use --precision fp32");
     ctx_.threads = options.threads;
     ctx_.block = options.activation_block >= 0 ? options.activation_block : preferred_block();
+    ctx_.conv = conv_algorithm(options.conv_algorithm);
     DDPV_CHECK(ctx_.block == 0 || ctx_.block == 8 || ctx_.block == 16,
                "the CPU backend keeps activations in NHWC (block 0) or in blocks of 8 or 16 "
                "channels, not ",

@@ -8,6 +8,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 
+#include "ddpv/backend/backend.hpp"
 #include "ddpv/core/error.hpp"
 
 namespace ddpv::cpu {
@@ -52,6 +53,7 @@ struct CpuContext {
   dnnl::stream stream;
   int threads = 0;  // 0: the OpenMP runtime's default
   int block = 0;    // the activation block (Note [Blocked activations])
+  ConvAlgorithm conv = ConvAlgorithm::kAuto;  // Note [Winograd convolution]
 
   // Note [OpenMP threads per calling thread]: omp_set_num_threads sets the team size for the
   // calling thread only, and libdnnl runs its OpenMP regions from whichever thread calls it

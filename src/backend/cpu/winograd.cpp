@@ -1,0 +1,327 @@
+// Conv2dOp by Winograd's minimal filtering (Note [Winograd convolution]): the transform
+// matrices, the filter transforms, the per-point GEMMs on oneDNN's sgemm, and the choice of
+// the layers it serves. The tile loops are in winograd_kernels.hpp.
+#include "backend/cpu/winograd.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "backend/cpu/cpu_ops.hpp"
+
+namespace ddpv::cpu {
+
+// Note [Winograd convolution]: a stride-1 r x r convolution computes m x m outputs of a tile
+// from the (m + r - 1)^2 inputs around it as Y = At [(G w Gt) * (Bt d B)] A, where * is
+// elementwise (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks", 2016).
+// Summed over input channels, the elementwise products become one GEMM per point of the
+// alpha x alpha transformed tile: (tiles x Cin) times (Cin x Cout). F(4x4, 5x5) needs 64
+// multiplications per tile and channel pair where the direct method needs 16 * 25 = 400, so
+// lenet's conv2 (32 -> 64 channels, 5x5 on 14x14), which ran at the sgemm peak in oneDNN's
+// direct kernels and was 70% of the step, needs about a sixth of the arithmetic.
+//
+// Training needs all three directions, and each is the adjoint of a forward stage:
+//   forward:          V = Bt d B,  U = G w Gt,  M_p = V_p U_p,  y = At M A (+ bias)
+//   backward-data:    dM = A dy At,  dV_p = dM_p U_p^T,  dx = sum over tiles of B dV Bt
+//   backward-weights: dU_p = V_p^T dM_p (summed over tiles),  dw = Gt dU G
+// so the gradients are exactly those of the computed forward, up to rounding.
+//
+// The matrices come from the Cook-Toom construction on the points 0, 1, -1, 2, -2, 1/2, -1/2
+// and infinity (winograd_matrices_f64). Rounding grows with the tile: F(4x4, 5x5) and
+// F(4x4, 3x3) lose about 1e-5 of the magnitude of the sums in fp32 (the direct method: about
+// 1e-7), which training does not notice (the golden tests against PyTorch run through it).
+//
+// The transforms are memory-bound passes; the GEMMs are dnnl_sgemm. Images go through in
+// chunks so that a chunk's transformed input and output stay in cache between the transform
+// and the GEMM that reads it. The layers it serves (winograd_tile) are those where it was
+// measured faster than oneDNN's direct kernels: docs/performance.md.
+
+namespace {
+
+// Cook-Toom points: alpha - 1 finite ones, then infinity.
+constexpr double kPoints[] = {0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 3.0, -3.0};
+
+// Tiles per chunk of images (at least): the per-point GEMMs have this many rows. Fewer rows
+// and sgemm's fixed costs show; more and the chunk's transformed tiles leave the L2 cache
+// (lenet's conv2 on an AVX2 machine: 16 rows 14.1 ms forward, 48 rows 11.6, 1024 rows 23.7).
+constexpr int kChunkRows = 48;
+
+}  // namespace
+
+WinogradMatricesF64 winograd_matrices_f64(int m, int r) {
+  const int a = m + r - 1;
+  DDPV_CHECK(m >= 1 && r >= 1 && a - 1 <= static_cast<int>(std::size(kPoints)),
+             "winograd: no points for F(", m, "x", m, ",", r, "x", r, ")");
+  WinogradMatricesF64 w{m,
+                        r,
+                        a,
+                        std::vector<double>(size_t(m) * a),
+                        std::vector<double>(size_t(a) * r),
+                        std::vector<double>(size_t(a) * a)};
+  const int finite = a - 1;
+  for (int p = 0; p < finite; ++p) {
+    const double x = kPoints[p];
+    double scale = 1.0;  // prod over the other finite points q of (x - x_q)
+    for (int q = 0; q < finite; ++q)
+      if (q != p) scale *= x - kPoints[q];
+    double power = 1.0;
+    for (int i = 0; i < std::max(m, r); ++i, power *= x) {
+      if (i < m) w.at[size_t(i) * a + p] = power;
+      if (i < r) w.g[size_t(p) * r + i] = power / scale;
+    }
+  }
+  w.at[size_t(m - 1) * a + finite] = 1.0;  // the point at infinity
+  w.g[size_t(finite) * r + r - 1] = 1.0;
+  // Row p of Bt: the coefficients of prod over the finite q != p of (z - x_q), which is x_p's
+  // Lagrange basis polynomial times the scale G divides by; the row of infinity: prod over all
+  // finite q of (z - x_q), which carries the one power (z^(alpha-1)) interpolation misses.
+  for (int p = 0; p <= finite; ++p) {
+    std::vector<double> poly{1.0};  // coefficients, lowest power first
+    for (int q = 0; q < finite; ++q) {
+      if (q == p) continue;
+      std::vector<double> next(poly.size() + 1, 0.0);
+      for (size_t k = 0; k < poly.size(); ++k) {
+        next[k + 1] += poly[k];
+        next[k] -= kPoints[q] * poly[k];
+      }
+      poly = std::move(next);
+    }
+    for (size_t j = 0; j < poly.size(); ++j) w.bt[size_t(p) * a + j] = poly[j];
+  }
+  return w;
+}
+
+WinogradMatrices winograd_matrices(int m, int r) {
+  const WinogradMatricesF64 d = winograd_matrices_f64(m, r);
+  auto narrow = [](const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); };
+  return {d.m, d.r, d.alpha, narrow(d.at), narrow(d.g), narrow(d.bt)};
+}
+
+int winograd_tile(ConvAlgorithm algorithm, const Conv2dConfig& c) {
+  if (algorithm == ConvAlgorithm::kDirect) return 0;
+  if (c.stride != 1 || (c.kernel != 3 && c.kernel != 5)) return 0;
+  if (c.in_channels % 8 != 0 || c.out_channels % 8 != 0) return 0;
+  if (c.out_h() < 1 || c.out_w() < 1) return 0;
+  // Outputs of 2 x 2 or less waste most of a 4 x 4 tile.
+  const int m = std::min(c.out_h(), c.out_w()) <= 2 ? 2 : 4;
+  if (algorithm == ConvAlgorithm::kWinograd) return m;
+  // kAuto: where it was measured faster (docs/performance.md, "Winograd convolution").
+  if (c.kernel == 5 && c.in_channels >= 16 && c.out_channels >= 16) return m;
+  return 0;
+}
+
+namespace {
+
+const WinogradKernels* kernels_for(int m, int r) {
+  const WinogradKernels* k = nullptr;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    k = winograd_kernels_avx2(m, r);
+  if (k == nullptr) k = winograd_kernels_generic(m, r);
+  DDPV_CHECK(k != nullptr, "winograd: no loops built for F(", m, "x", m, ",", r, "x", r, ")");
+  return k;
+}
+
+// Row-major C (m, n) = op(A) op(B) + beta C.
+void sgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  DDPV_DNNL_CHECK("conv2d (winograd): sgemm",
+                  check_dnnl_status(dnnl_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc),
+                                    "dnnl_sgemm"));
+}
+
+class WinogradConv2d final : public Conv2dOp {
+ public:
+  WinogradConv2d(const CpuContext& ctx, const Conv2dConfig& cfg, int tile)
+      : ctx_(ctx),
+        cfg_(cfg),
+        mat_(winograd_matrices(tile, cfg.kernel)),
+        kernels_(kernels_for(tile, cfg.kernel)) {
+    auto& g = geo_;
+    g.m = tile;
+    g.r = cfg.kernel;
+    g.alpha = mat_.alpha;
+    g.pad = cfg.padding;
+    g.in_h = cfg.in_h;
+    g.in_w = cfg.in_w;
+    g.out_h = cfg.out_h();
+    g.out_w = cfg.out_w();
+    g.tiles_h = (g.out_h + tile - 1) / tile;
+    g.tiles_w = (g.out_w + tile - 1) / tile;
+    g.cin = cfg.in_channels;
+    g.cout = cfg.out_channels;
+    g.in_block = cfg.in_block > 0 ? cfg.in_block : cfg.in_channels;
+    g.out_block = cfg.out_block > 0 ? cfg.out_block : cfg.out_channels;
+    points_ = int64_t{g.alpha} * g.alpha;
+    chunk_ = (kChunkRows + g.tiles() - 1) / g.tiles();
+  }
+
+  std::string algorithm() const override {
+    const std::string m = std::to_string(geo_.m), r = std::to_string(geo_.r);
+    return "winograd F(" + m + "x" + m + "," + r + "x" + r + ")";
+  }
+
+  void forward(int n, const float* x, const float* w, const float* b, float* y) override {
+    check_batch("conv2d forward", n);
+    DDPV_CHECK(!cfg_.bias || b != nullptr, "conv2d forward: the layer has a bias but b is null");
+    ctx_.bind_threads();
+    reserve(n);
+    transform_filter(w);
+    const auto& g = geo_;
+    for (int n0 = 0; n0 < n; n0 += chunk_) {
+      const int n1 = std::min(n, n0 + chunk_);
+      const int64_t rows = int64_t{n1 - n0} * g.tiles();
+      kernels_->input(g, mat_.bt.data(), x, n0, n1, v_.data());
+      for (int64_t p = 0; p < points_; ++p)
+        sgemm('N', 'N', rows, g.cout, g.cin, v_.data() + p * winograd_point_stride(rows, g.cin),
+              g.cin, u_.data() + p * g.cin * g.cout, g.cout, 0.0f,
+              m_.data() + p * winograd_point_stride(rows, g.cout), g.cout);
+      kernels_->output(g, mat_.at.data(), m_.data(), cfg_.bias ? b : nullptr, n0, n1, y);
+    }
+  }
+
+  void backward(int n, const float* x, const float* w, const float* dy, float* dx, float* dw,
+                float* db, bool accumulate) override {
+    check_batch("conv2d backward", n);
+    DDPV_CHECK(dw != nullptr, "conv2d backward: dw must not be null");
+    DDPV_CHECK(!cfg_.bias || db != nullptr, "conv2d backward: the layer has a bias but db is null");
+    ctx_.bind_threads();
+    reserve(n);
+    const auto& g = geo_;
+    if (dx != nullptr) {
+      transform_filter(w);
+      std::memset(dx, 0, sizeof(float) * size_t(n) * g.in_h * g.in_w * g.cin);
+    }
+    for (int n0 = 0; n0 < n; n0 += chunk_) {
+      const int n1 = std::min(n, n0 + chunk_);
+      const int64_t rows = int64_t{n1 - n0} * g.tiles();
+      kernels_->output_adjoint(g, mat_.at.data(), dy, n0, n1, m_.data());
+      kernels_->input(g, mat_.bt.data(), x, n0, n1, v_.data());
+      for (int64_t p = 0; p < points_; ++p)
+        sgemm('T', 'N', g.cin, g.cout, rows, v_.data() + p * winograd_point_stride(rows, g.cin),
+              g.cin, m_.data() + p * winograd_point_stride(rows, g.cout), g.cout,
+              n0 == 0 ? 0.0f : 1.0f, du_.data() + p * g.cin * g.cout, g.cout);
+      if (dx == nullptr) continue;
+      // dV overwrites V, which backward-weights has consumed.
+      for (int64_t p = 0; p < points_; ++p)
+        sgemm('N', 'T', rows, g.cin, g.cout, m_.data() + p * winograd_point_stride(rows, g.cout),
+              g.cout, u_.data() + p * g.cin * g.cout, g.cout, 0.0f,
+              v_.data() + p * winograd_point_stride(rows, g.cin), g.cin);
+      kernels_->input_adjoint(g, mat_.bt.data(), v_.data(), n0, n1, dx);
+    }
+    filter_gradient(dw, accumulate);
+    if (cfg_.bias) {
+      if (!accumulate) std::fill(db, db + g.cout, 0.0f);
+      kernels_->bias_grad(g, dy, 0, n, db);
+    }
+  }
+
+ private:
+  void reserve(int n) {
+    const auto& g = geo_;
+    const int64_t rows = int64_t{std::min(n, chunk_)} * g.tiles();
+    const auto v_size = size_t(points_ * winograd_point_stride(rows, g.cin));
+    const auto m_size = size_t(points_ * winograd_point_stride(rows, g.cout));
+    if (v_.size() < v_size) v_.resize(v_size);
+    if (m_.size() < m_size) m_.resize(m_size);
+    const size_t filters = size_t(points_) * g.cin * g.cout;
+    if (u_.size() < filters) {
+      u_.resize(filters);
+      du_.resize(filters);
+      wt_.resize(size_t(g.cin) * g.r * g.r * g.cout);
+      tmp_.resize(size_t(g.cin) * g.alpha * g.alpha * g.cout);
+    }
+  }
+
+  // u[p][ci][co] = (G w[co][ci] Gt)[p], with co innermost so that the loops vectorise: w is
+  // first transposed to [ci][k][l][co].
+  void transform_filter(const float* w) {
+    const int a = geo_.alpha, r = geo_.r, cin = geo_.cin, cout = geo_.cout;
+    const float* gm = mat_.g.data();
+    float* wt = wt_.data();
+#pragma omp parallel for schedule(static) if (int64_t{cin} * cout * a * a >= (1 << 16))
+    for (int ci = 0; ci < cin; ++ci) {
+      float* wc = wt + size_t(ci) * r * r * cout;
+      for (int co = 0; co < cout; ++co)
+        for (int kl = 0; kl < r * r; ++kl)
+          wc[size_t(kl) * cout + co] = w[(size_t(co) * cin + ci) * r * r + kl];
+      float* t = tmp_.data() + size_t(ci) * a * r * cout;  // (G w)[i][l][co]
+      for (int i = 0; i < a; ++i)
+        for (int l = 0; l < r; ++l) {
+          float* dst = t + (size_t(i) * r + l) * cout;
+          std::fill(dst, dst + cout, 0.0f);
+          for (int k = 0; k < r; ++k) {
+            const float c = gm[i * r + k];
+            const float* src = wc + (size_t(k) * r + l) * cout;
+            for (int co = 0; co < cout; ++co) dst[co] += c * src[co];
+          }
+        }
+      for (int i = 0; i < a; ++i)
+        for (int j = 0; j < a; ++j) {
+          float* dst = u_.data() + (size_t(i * a + j) * cin + ci) * cout;
+          std::fill(dst, dst + cout, 0.0f);
+          for (int l = 0; l < r; ++l) {
+            const float c = gm[j * r + l];
+            const float* src = t + (size_t(i) * r + l) * cout;
+            for (int co = 0; co < cout; ++co) dst[co] += c * src[co];
+          }
+        }
+    }
+  }
+
+  // dw[co][ci] = Gt du[.][ci][co] G (the adjoint of transform_filter), stored or added.
+  void filter_gradient(float* dw, bool accumulate) {
+    const int a = geo_.alpha, r = geo_.r, cin = geo_.cin, cout = geo_.cout;
+    const float* gm = mat_.g.data();
+#pragma omp parallel for schedule(static) if (int64_t{cin} * cout * a * a >= (1 << 16))
+    for (int ci = 0; ci < cin; ++ci) {
+      float* t = tmp_.data() + size_t(ci) * a * a * cout;  // (Gt du)[k][j][co], k < r
+      for (int k = 0; k < r; ++k)
+        for (int j = 0; j < a; ++j) {
+          float* dst = t + (size_t(k) * a + j) * cout;
+          std::fill(dst, dst + cout, 0.0f);
+          for (int i = 0; i < a; ++i) {
+            const float c = gm[i * r + k];
+            const float* src = du_.data() + (size_t(i * a + j) * cin + ci) * cout;
+            for (int co = 0; co < cout; ++co) dst[co] += c * src[co];
+          }
+        }
+      float* wc = wt_.data() + size_t(ci) * r * r * cout;  // dw[ci][k][l][co]
+      for (int k = 0; k < r; ++k)
+        for (int l = 0; l < r; ++l) {
+          float* dst = wc + (size_t(k) * r + l) * cout;
+          std::fill(dst, dst + cout, 0.0f);
+          for (int j = 0; j < a; ++j) {
+            const float c = gm[j * r + l];
+            const float* src = t + (size_t(k) * a + j) * cout;
+            for (int co = 0; co < cout; ++co) dst[co] += c * src[co];
+          }
+        }
+      for (int co = 0; co < cout; ++co)
+        for (int kl = 0; kl < r * r; ++kl) {
+          float& out = dw[(size_t(co) * cin + ci) * r * r + kl];
+          const float v = wc[size_t(kl) * cout + co];
+          out = accumulate ? out + v : v;
+        }
+    }
+  }
+
+  CpuContext ctx_;
+  Conv2dConfig cfg_;
+  WinogradMatrices mat_;
+  const WinogradKernels* kernels_;
+  WinogradGeometry geo_;
+  int64_t points_ = 0;
+  int chunk_ = 1;  // images per chunk
+  // Grow-only buffers: transformed input (and dV), transformed output (and dM), filters,
+  // filter gradients, the transposed filter, and the filter transforms' partial products.
+  std::vector<float> v_, m_, u_, du_, wt_, tmp_;
+};
+
+}  // namespace
+
+std::unique_ptr<Conv2dOp> make_winograd_conv2d(const CpuContext& ctx, const Conv2dConfig& cfg,
+                                               int tile) {
+  return std::make_unique<WinogradConv2d>(ctx, cfg, tile);
+}
+
+}  // namespace ddpv::cpu

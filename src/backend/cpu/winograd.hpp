@@ -1,0 +1,77 @@
+// Private to the CPU backend: Winograd convolution (Note [Winograd convolution] in
+// winograd.cpp): the transform matrices, the shape of one layer's tiles, and the inner loops,
+// compiled once per instruction set (winograd_kernels.hpp).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/cpu/dnnl_check.hpp"
+#include "ddpv/backend/backend.hpp"
+
+namespace ddpv::cpu {
+
+// F(m x m, r x r): m x m outputs of an r x r kernel from alpha x alpha inputs, alpha = m + r - 1.
+// Row-major, in float: at (m x alpha), g (alpha x r), bt (alpha x alpha), so that for a 1-D
+// correlation y_i = sum_k g_k d_{i+k} (i < m), y = at [(g w) * (bt d)] elementwise in the middle.
+struct WinogradMatrices {
+  int m = 0, r = 0, alpha = 0;
+  std::vector<float> at, g, bt;
+};
+// The same matrices in double, exactly as constructed (tests check the identity on them).
+struct WinogradMatricesF64 {
+  int m = 0, r = 0, alpha = 0;
+  std::vector<double> at, g, bt;
+};
+WinogradMatricesF64 winograd_matrices_f64(int m, int r);
+WinogradMatrices winograd_matrices(int m, int r);
+
+// One layer's tiling. Activations are n images of c channels in blocks of `block` channels
+// (block == c: NHWC; Note [Blocked activations]); channel groups of 8 are contiguous in both.
+struct WinogradGeometry {
+  int m = 0, r = 0, alpha = 0, pad = 0;
+  int in_h = 0, in_w = 0, out_h = 0, out_w = 0;
+  int tiles_h = 0, tiles_w = 0;
+  int cin = 0, cout = 0, in_block = 0, out_block = 0;
+  int tiles() const { return tiles_h * tiles_w; }
+};
+
+// Floats from one point's matrix of a transformed buffer to the next: rows x channels, plus a
+// cache line so that the alpha^2 matrices do not all start on the same cache set (their sizes
+// are often multiples of 4 KiB, and a tile's transform touches every one of them).
+inline int64_t winograd_point_stride(int64_t rows, int channels) { return rows * channels + 16; }
+
+// The transforms over the tiles of images [n0, n1). The transformed buffers are
+// [alpha^2 points][tiles of those images][channels]: one row-major matrix per point, the
+// operands of the per-point GEMMs. Each runs its own OpenMP loop over (image, channel group).
+struct WinogradKernels {
+  // v = bt d bt^T of every input tile d of x (zero outside the image).
+  void (*input)(const WinogradGeometry& g, const float* bt, const float* x, int n0, int n1,
+                float* v);
+  // y = at mm at^T + bias of every output tile (bias null: none), cut to the output's size.
+  void (*output)(const WinogradGeometry& g, const float* at, const float* mm, const float* bias,
+                 int n0, int n1, float* y);
+  // The adjoint of output: dm = at^T dy at of every output tile of dy (zero past its edge).
+  void (*output_adjoint)(const WinogradGeometry& g, const float* at, const float* dy, int n0,
+                         int n1, float* dm);
+  // The adjoint of input: dx += bt^T dv bt, tile by tile (tiles overlap by r - 1).
+  void (*input_adjoint)(const WinogradGeometry& g, const float* bt, const float* dv, int n0, int n1,
+                        float* dx);
+  // db += the sum of dy over images [n0, n1) and positions, per output channel.
+  void (*bias_grad)(const WinogradGeometry& g, const float* dy, int n0, int n1, float* db);
+};
+// The loops for F(m x m, r x r) compiled for AVX2 + FMA (null where not built or no such
+// instance), and for the baseline instruction set (null where no such instance).
+const WinogradKernels* winograd_kernels_avx2(int m, int r);
+const WinogradKernels* winograd_kernels_generic(int m, int r);
+
+// The output tile size m for the layer, or 0 when it should (or must) run the direct
+// convolution: algorithm kDirect, stride != 1, a kernel other than 3 or 5, channel counts not
+// multiples of 8, a change of layout, or kAuto judging Winograd not worth it.
+int winograd_tile(ConvAlgorithm algorithm, const Conv2dConfig& c);
+
+std::unique_ptr<Conv2dOp> make_winograd_conv2d(const CpuContext& ctx, const Conv2dConfig& cfg,
+                                               int tile);
+
+}  // namespace ddpv::cpu

@@ -1,0 +1,228 @@
+// The inner loops of Winograd convolution (Note [Winograd convolution] in winograd.cpp), as
+// templates over the tile size. Included once by each of winograd_avx2.cpp and
+// winograd_generic.cpp, inside the namespace DDPV_WINOGRAD_ISA, which each compiles with its
+// own instruction set; both then expose their instances through winograd_kernels_<isa>().
+//
+// Every loop works on 8 channels at once (a GCC vector of 8 floats: one AVX register, or two
+// SSE ones), which are contiguous in NHWC and in blocks of 8 or 16, so one loop serves every
+// layout. The transform matrices are broadcast into vectors once per call.
+#ifndef DDPV_WINOGRAD_ISA
+#error "define DDPV_WINOGRAD_ISA (the namespace of this instruction set) before including"
+#endif
+
+#include <cstdint>
+#include <cstring>
+
+#include "backend/cpu/winograd.hpp"
+
+namespace ddpv::cpu::DDPV_WINOGRAD_ISA {
+namespace {
+
+using v8 = float __attribute__((vector_size(32)));
+
+inline v8 load8(const float* p) {
+  v8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store8(float* p, v8 v) { std::memcpy(p, &v, sizeof v); }
+inline v8 splat(float s) { return v8{s, s, s, s, s, s, s, s}; }
+
+// Below this many floats of work a loop runs on one thread.
+constexpr int64_t kParallelMin = 1 << 16;
+
+// Where the 8 channels [c, c + 8) of image n start in an activation of `channels` channels,
+// h x w, in blocks of `block`; consecutive positions are `block` floats apart.
+inline int64_t group_base(int64_t n, int c, int channels, int block, int h, int w) {
+  return ((n * (channels / block) + c / block) * h * w) * block + c % block;
+}
+
+template <int A>
+struct Splat {
+  v8 v[A * A];
+  explicit Splat(const float* mat, int count) {
+    for (int i = 0; i < count; ++i) v[i] = splat(mat[i]);
+  }
+};
+
+template <int A, int M>
+void input(const WinogradGeometry& g, const float* bt_in, const float* x, int n0, int n1,
+           float* v) {
+  const Splat<A> bt(bt_in, A * A);
+  const int groups = g.cin / 8, tw = g.tiles_w, th = g.tiles_h, h = g.in_h, w = g.in_w;
+  const int64_t rows = int64_t{n1 - n0} * g.tiles(), point = winograd_point_stride(rows, g.cin);
+#pragma omp parallel for schedule(static) if (point * A * A >= kParallelMin)
+  for (int n = n0; n < n1; ++n)
+    for (int ty = 0; ty < th; ++ty)
+      for (int tx = 0; tx < tw; ++tx)
+        for (int grp = 0; grp < groups; ++grp) {
+          const float* src = x + group_base(n, grp * 8, g.cin, g.in_block, h, w);
+          float* dst = v + int64_t{n - n0} * g.tiles() * g.cin + grp * 8;
+          const int64_t step = g.in_block;
+          const int y0 = ty * M - g.pad, x0 = tx * M - g.pad;
+          v8 d[A][A];
+          for (int i = 0; i < A; ++i)
+            for (int j = 0; j < A; ++j) {
+              const int yy = y0 + i, xx = x0 + j;
+              const bool inside = yy >= 0 && yy < h && xx >= 0 && xx < w;
+              d[i][j] = inside ? load8(src + (int64_t{yy} * w + xx) * step) : v8{};
+            }
+          v8 s[A][A];
+          for (int i = 0; i < A; ++i)
+            for (int j = 0; j < A; ++j) {
+              v8 acc{};
+              for (int k = 0; k < A; ++k) acc += bt.v[i * A + k] * d[k][j];
+              s[i][j] = acc;
+            }
+          float* out = dst + (int64_t{ty} * tw + tx) * g.cin;
+          for (int i = 0; i < A; ++i)
+            for (int j = 0; j < A; ++j) {
+              v8 acc{};
+              for (int k = 0; k < A; ++k) acc += s[i][k] * bt.v[j * A + k];
+              store8(out + (i * A + j) * point, acc);
+            }
+        }
+}
+
+template <int A, int M>
+void output(const WinogradGeometry& g, const float* at_in, const float* mm, const float* bias,
+            int n0, int n1, float* y) {
+  const Splat<A> at(at_in, M * A);
+  const int groups = g.cout / 8, tw = g.tiles_w, th = g.tiles_h, h = g.out_h, w = g.out_w;
+  const int64_t rows = int64_t{n1 - n0} * g.tiles(), point = winograd_point_stride(rows, g.cout);
+#pragma omp parallel for schedule(static) if (point * A * A >= kParallelMin)
+  for (int n = n0; n < n1; ++n)
+    for (int ty = 0; ty < th; ++ty)
+      for (int tx = 0; tx < tw; ++tx)
+        for (int grp = 0; grp < groups; ++grp) {
+          float* dst = y + group_base(n, grp * 8, g.cout, g.out_block, h, w);
+          const float* src = mm + int64_t{n - n0} * g.tiles() * g.cout + grp * 8;
+          const v8 b = bias != nullptr ? load8(bias + grp * 8) : v8{};
+          const int64_t step = g.out_block;
+          const float* in = src + (int64_t{ty} * tw + tx) * g.cout;
+          v8 d[A][A];
+          for (int i = 0; i < A; ++i)
+            for (int j = 0; j < A; ++j) d[i][j] = load8(in + (i * A + j) * point);
+          v8 s[M][A];
+          for (int i = 0; i < M; ++i)
+            for (int j = 0; j < A; ++j) {
+              v8 acc{};
+              for (int k = 0; k < A; ++k) acc += at.v[i * A + k] * d[k][j];
+              s[i][j] = acc;
+            }
+          for (int i = 0; i < M && ty * M + i < h; ++i)
+            for (int j = 0; j < M && tx * M + j < w; ++j) {
+              v8 acc = b;
+              for (int k = 0; k < A; ++k) acc += s[i][k] * at.v[j * A + k];
+              store8(dst + (int64_t{ty * M + i} * w + tx * M + j) * step, acc);
+            }
+        }
+}
+
+template <int A, int M>
+void output_adjoint(const WinogradGeometry& g, const float* at_in, const float* dy, int n0, int n1,
+                    float* dm) {
+  const Splat<A> at(at_in, M * A);
+  const int groups = g.cout / 8, tw = g.tiles_w, th = g.tiles_h, h = g.out_h, w = g.out_w;
+  const int64_t rows = int64_t{n1 - n0} * g.tiles(), point = winograd_point_stride(rows, g.cout);
+#pragma omp parallel for schedule(static) if (point * A * A >= kParallelMin)
+  for (int n = n0; n < n1; ++n)
+    for (int ty = 0; ty < th; ++ty)
+      for (int tx = 0; tx < tw; ++tx)
+        for (int grp = 0; grp < groups; ++grp) {
+          const float* src = dy + group_base(n, grp * 8, g.cout, g.out_block, h, w);
+          float* dst = dm + int64_t{n - n0} * g.tiles() * g.cout + grp * 8;
+          const int64_t step = g.out_block;
+          v8 d[M][M];
+          for (int i = 0; i < M; ++i)
+            for (int j = 0; j < M; ++j) {
+              const int yy = ty * M + i, xx = tx * M + j;
+              d[i][j] = yy < h && xx < w ? load8(src + (int64_t{yy} * w + xx) * step) : v8{};
+            }
+          v8 s[A][M];  // at^T d
+          for (int k = 0; k < A; ++k)
+            for (int j = 0; j < M; ++j) {
+              v8 acc{};
+              for (int i = 0; i < M; ++i) acc += at.v[i * A + k] * d[i][j];
+              s[k][j] = acc;
+            }
+          float* out = dst + (int64_t{ty} * tw + tx) * g.cout;
+          for (int k = 0; k < A; ++k)
+            for (int l = 0; l < A; ++l) {
+              v8 acc{};
+              for (int j = 0; j < M; ++j) acc += s[k][j] * at.v[j * A + l];
+              store8(out + (k * A + l) * point, acc);
+            }
+        }
+}
+
+template <int A, int M>
+void input_adjoint(const WinogradGeometry& g, const float* bt_in, const float* dv, int n0, int n1,
+                   float* dx) {
+  const Splat<A> bt(bt_in, A * A);
+  const int groups = g.cin / 8, tw = g.tiles_w, th = g.tiles_h, h = g.in_h, w = g.in_w;
+  const int64_t rows = int64_t{n1 - n0} * g.tiles(), point = winograd_point_stride(rows, g.cin);
+  // Tiles of one image overlap, so each image runs on one thread, in order.
+#pragma omp parallel for schedule(static) if (point * A * A >= kParallelMin)
+  for (int n = n0; n < n1; ++n)
+    for (int ty = 0; ty < th; ++ty)
+      for (int tx = 0; tx < tw; ++tx)
+        for (int grp = 0; grp < groups; ++grp) {
+          float* dst = dx + group_base(n, grp * 8, g.cin, g.in_block, h, w);
+          const float* src = dv + int64_t{n - n0} * g.tiles() * g.cin + grp * 8;
+          const int64_t step = g.in_block;
+          const float* in = src + (int64_t{ty} * tw + tx) * g.cin;
+          v8 d[A][A];
+          for (int i = 0; i < A; ++i)
+            for (int j = 0; j < A; ++j) d[i][j] = load8(in + (i * A + j) * point);
+          v8 s[A][A];  // bt^T d
+          for (int k = 0; k < A; ++k)
+            for (int j = 0; j < A; ++j) {
+              v8 acc{};
+              for (int i = 0; i < A; ++i) acc += bt.v[i * A + k] * d[i][j];
+              s[k][j] = acc;
+            }
+          const int y0 = ty * M - g.pad, x0 = tx * M - g.pad;
+          for (int k = 0; k < A; ++k) {
+            const int yy = y0 + k;
+            if (yy < 0 || yy >= h) continue;
+            for (int l = 0; l < A; ++l) {
+              const int xx = x0 + l;
+              if (xx < 0 || xx >= w) continue;
+              v8 acc{};
+              for (int j = 0; j < A; ++j) acc += s[k][j] * bt.v[j * A + l];
+              float* p = dst + (int64_t{yy} * w + xx) * step;
+              store8(p, load8(p) + acc);
+            }
+          }
+        }
+}
+
+void bias_grad(const WinogradGeometry& g, const float* dy, int n0, int n1, float* db) {
+  const int64_t positions = int64_t{g.out_h} * g.out_w;
+  for (int grp = 0; grp < g.cout / 8; ++grp) {
+    v8 acc = load8(db + grp * 8);
+    for (int n = n0; n < n1; ++n) {
+      const float* src = dy + group_base(n, grp * 8, g.cout, g.out_block, g.out_h, g.out_w);
+      for (int64_t i = 0; i < positions; ++i) acc += load8(src + i * g.out_block);
+    }
+    store8(db + grp * 8, acc);
+  }
+}
+
+template <int A, int M>
+constexpr WinogradKernels kInstance{&input<A, M>, &output<A, M>, &output_adjoint<A, M>,
+                                    &input_adjoint<A, M>, &bias_grad};
+
+}  // namespace
+
+// The instances this project uses: F(2x2,3x3), F(4x4,3x3), F(2x2,5x5), F(4x4,5x5).
+inline const WinogradKernels* kernels_for(int m, int r) {
+  if (r == 3 && m == 2) return &kInstance<4, 2>;
+  if (r == 3 && m == 4) return &kInstance<6, 4>;
+  if (r == 5 && m == 2) return &kInstance<6, 2>;
+  if (r == 5 && m == 4) return &kInstance<8, 4>;
+  return nullptr;
+}
+
+}  // namespace ddpv::cpu::DDPV_WINOGRAD_ISA
