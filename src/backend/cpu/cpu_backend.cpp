@@ -47,7 +47,7 @@ ConvAlgorithm conv_algorithm(ConvAlgorithm option) {
   const std::string v = env;
   DDPV_CHECK(v == "auto" || v == "direct" || v == "winograd",
              "DDPV_CPU_CONV must be auto, direct or winograd, got '", v, "'");
-  return v == "direct" ? ConvAlgorithm::kDirect
+  return v == "direct"     ? ConvAlgorithm::kDirect
          : v == "winograd" ? ConvAlgorithm::kWinograd
                            : ConvAlgorithm::kAuto;
 }

@@ -3,7 +3,5 @@
 #include "backend/cpu/winograd_kernels.hpp"
 
 namespace ddpv::cpu {
-const WinogradKernels* winograd_kernels_generic(int m, int r) {
-  return generic::kernels_for(m, r);
-}
+const WinogradKernels* winograd_kernels_generic(int m, int r) { return generic::kernels_for(m, r); }
 }  // namespace ddpv::cpu
