@@ -408,11 +408,11 @@ TEST(ConvOpWinograd, BaselineLoopsMatchTheAvx2Ones) {
     g.cout = 24;
     g.out_block = 8;
     const int n = 2;
-    const int64_t rows = int64_t{n} * g.tiles(), points = int64_t{g.alpha} * g.alpha;
+    const int64_t rows = int64_t{n} * g.tiles();
     const auto x = random_vector(size_t(n) * g.in_h * g.in_w * g.cin, 31);
     const auto dy = random_vector(size_t(n) * g.out_h * g.out_w * g.cout, 32);
-    const auto t_in = random_vector(size_t(points * cpu::winograd_point_stride(rows, g.cin)), 33);
-    const auto t_out = random_vector(size_t(points * cpu::winograd_point_stride(rows, g.cout)), 34);
+    const auto t_in = random_vector(size_t(rows * cpu::winograd_tile_stride(g.alpha, g.cin)), 33);
+    const auto t_out = random_vector(size_t(rows * cpu::winograd_tile_stride(g.alpha, g.cout)), 34);
     const auto bias = random_vector(size_t(g.cout), 35);
     auto run = [&](const cpu::WinogradKernels* k) {
       std::vector<float> v(t_in.size()), y(dy.size()), dm(t_out.size()), dx(x.size(), 0.5f),
@@ -449,9 +449,65 @@ TEST(ConvOpWinograd, AutoPicksPerLayer) {
   const ConvCase lenet_conv2{64, 32, 64, 14, 14, 5, 1, 2, true};
   EXPECT_EQ(conv(*autob, lenet_conv2), "winograd F(4x4,5x5)");
   EXPECT_EQ(conv(*direct, lenet_conv2), "direct");
-  EXPECT_EQ(conv(*autob, ConvCase{64, 1, 32, 28, 28, 5, 1, 2, true}), "direct");   // 1 channel
+  EXPECT_EQ(conv(*autob, ConvCase{64, 1, 32, 28, 28, 5, 1, 2, true}), "single-channel direct");
+  EXPECT_EQ(conv(*direct, ConvCase{64, 1, 32, 28, 28, 5, 1, 2, true}), "direct");
   EXPECT_EQ(conv(*autob, ConvCase{64, 32, 64, 14, 14, 5, 2, 2, true}), "direct");  // stride 2
   EXPECT_EQ(conv(*autob, ConvCase{64, 32, 32, 16, 16, 1, 1, 0, true}), "direct");  // 1x1
+}
+
+// Note [Single-channel convolution]: a stem from one channel runs on our own loops (unless the
+// direct algorithm is asked for), in every output layout, with stride, padding and partial
+// windows, against the naive loops; then backward again, accumulating.
+TEST(ConvOpSingleChannel, MatchesTheNaiveLoopInEveryLayout) {
+  uint64_t seed = 1500;
+  for (int block : {0, 8, 16}) {
+    BackendOptions o;
+    o.threads = 1;
+    o.activation_block = block;
+    auto backend = make_backend(o);
+    for (ConvCase cc :
+         {ConvCase{3, 1, 32, 28, 28, 5, 1, 2, true}, ConvCase{2, 1, 16, 7, 9, 3, 2, 1, false},
+          ConvCase{2, 1, 8, 3, 3, 5, 1, 1, true},  // windows mostly padding
+          ConvCase{1, 1, 16, 6, 5, 3, 1, 0, true}}) {
+      Conv2dConfig c = cc.config();
+      c.out_block = block_for(c.out_channels, block);
+      auto op = backend->conv2d(c);
+      SCOPED_TRACE(cc.str() + " block " + std::to_string(block));
+      EXPECT_EQ(op->algorithm(), "single-channel direct");
+      const int n = cc.n;
+      const int64_t ihw = int64_t{c.in_h} * c.in_w, ohw = int64_t{c.out_h()} * c.out_w();
+      const size_t nx = static_cast<size_t>(n * ihw), ny = size_t(n * ohw * c.out_channels);
+      const size_t nw = static_cast<size_t>(c.out_channels) * c.kernel * c.kernel;
+      const auto x = random_vector(nx, ++seed), w = random_vector(nw, ++seed, -0.5f, 0.5f),
+                 b = random_vector(c.out_channels, ++seed), r = random_vector(ny, ++seed);
+      DeviceBuffer x_(backend.get(), x), w_(backend.get(), w), b_(backend.get(), b),
+          dy_(backend.get(), nhwc_to_blocked(r, n, ohw, c.out_channels, c.out_block)),
+          y_(backend.get(), std::vector<float>(ny, 1e30f)),
+          gx(backend.get(), std::vector<float>(nx, 1e30f)),
+          gw(backend.get(), std::vector<float>(nw, 1e30f)),
+          gb(backend.get(), std::vector<float>(size_t(c.out_channels), 1e30f));
+      const float* bias = c.bias ? b_.data() : nullptr;
+      float* db = c.bias ? gb.data() : nullptr;
+      op->forward(n, x_.data(), w_.data(), bias, y_.data());
+      EXPECT_TRUE(all_close(blocked_to_nhwc(y_.to_host(), n, ohw, c.out_channels, c.out_block),
+                            conv_forward_ref(c, n, x, w, b), 1e-5, 1e-5))
+          << "y";
+      op->backward(n, x_.data(), w_.data(), dy_.data(), gx.data(), gw.data(), db, false);
+      ConvGrads ref = conv_backward_ref(c, n, x, w, r);
+      EXPECT_TRUE(all_close(gx.to_host(), ref.dx, 1e-5, 1e-5)) << "dx";
+      EXPECT_TRUE(all_close(gw.to_host(), ref.dw, 1e-5, 1e-5)) << "dw";
+      if (c.bias) {
+        EXPECT_TRUE(all_close(gb.to_host(), ref.db, 1e-5, 1e-5)) << "db";
+      }
+      op->backward(n, x_.data(), w_.data(), dy_.data(), nullptr, gw.data(), db, true);
+      for (double& v : ref.dw) v *= 2;
+      for (double& v : ref.db) v *= 2;
+      EXPECT_TRUE(all_close(gw.to_host(), ref.dw, 1e-5, 1e-5)) << "dw accumulated";
+      if (c.bias) {
+        EXPECT_TRUE(all_close(gb.to_host(), ref.db, 1e-5, 1e-5)) << "db accumulated";
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, ConvOpTest, ::testing::ValuesIn(test_devices()),

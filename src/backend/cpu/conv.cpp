@@ -227,6 +227,7 @@ class CpuConv2d final : public Conv2dOp {
 std::unique_ptr<Conv2dOp> make_conv2d(const CpuContext& ctx, const Conv2dConfig& cfg) {
   check_config(cfg);
   if (const int tile = winograd_tile(ctx.conv, cfg)) return make_winograd_conv2d(ctx, cfg, tile);
+  if (single_channel_conv_applies(ctx.conv, cfg)) return make_single_channel_conv2d(ctx, cfg);
   return std::make_unique<CpuConv2d>(ctx, cfg);
 }
 

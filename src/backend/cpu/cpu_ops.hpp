@@ -9,6 +9,10 @@
 namespace ddpv::cpu {
 
 std::unique_ptr<Conv2dOp> make_conv2d(const CpuContext& ctx, const Conv2dConfig& cfg);  // conv.cpp
+// conv_single.cpp: a convolution from one input channel on our own loops, where it applies.
+bool single_channel_conv_applies(ConvAlgorithm algorithm, const Conv2dConfig& c);
+std::unique_ptr<Conv2dOp> make_single_channel_conv2d(const CpuContext& ctx,
+                                                     const Conv2dConfig& cfg);
 std::unique_ptr<BatchNormOp> make_batchnorm2d(const CpuContext& ctx,
                                               const BatchNormConfig& cfg);  // batchnorm.cpp
 std::unique_ptr<Pool2dOp> make_pool2d(const CpuContext& ctx, const Pool2dConfig& cfg);  // pool.cpp

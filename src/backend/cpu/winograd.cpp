@@ -43,8 +43,10 @@ constexpr double kPoints[] = {0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 3.0, -3.0};
 
 // Tiles per chunk of images (at least): the per-point GEMMs have this many rows. Fewer rows
 // and sgemm's fixed costs show; more and the chunk's transformed tiles leave the L2 cache
-// (lenet's conv2 on an AVX2 machine: 16 rows 14.1 ms forward, 48 rows 11.6, 1024 rows 23.7).
-constexpr int kChunkRows = 48;
+// (lenet's conv2 on an AVX2 machine, forward + backward: 32 rows 34.7 ms, 48 rows 31.6,
+// 96 rows 32.8, 192 rows 43.6, 1024 rows 45.9; resnet20's stage-3 shape likewise best at
+// 48 to 96 rows).
+constexpr int kChunkRows = 64;
 
 }  // namespace
 
@@ -106,7 +108,9 @@ int winograd_tile(ConvAlgorithm algorithm, const Conv2dConfig& c) {
   const int m = std::min(c.out_h(), c.out_w()) <= 2 ? 2 : 4;
   if (algorithm == ConvAlgorithm::kWinograd) return m;
   // kAuto: where it was measured faster (docs/performance.md, "Winograd convolution").
-  if (c.kernel == 5 && c.in_channels >= 16 && c.out_channels >= 16) return m;
+  const int narrowest = std::min(c.in_channels, c.out_channels);
+  if (c.kernel == 5 && narrowest >= 16) return m;
+  if (c.kernel == 3 && narrowest >= 32) return m;
   return 0;
 }
 
@@ -152,6 +156,8 @@ class WinogradConv2d final : public Conv2dOp {
     g.in_block = cfg.in_block > 0 ? cfg.in_block : cfg.in_channels;
     g.out_block = cfg.out_block > 0 ? cfg.out_block : cfg.out_channels;
     points_ = int64_t{g.alpha} * g.alpha;
+    vs_ = winograd_tile_stride(g.alpha, g.cin);
+    ms_ = winograd_tile_stride(g.alpha, g.cout);
     chunk_ = (kChunkRows + g.tiles() - 1) / g.tiles();
   }
 
@@ -172,9 +178,8 @@ class WinogradConv2d final : public Conv2dOp {
       const int64_t rows = int64_t{n1 - n0} * g.tiles();
       kernels_->input(g, mat_.bt.data(), x, n0, n1, v_.data());
       for (int64_t p = 0; p < points_; ++p)
-        sgemm('N', 'N', rows, g.cout, g.cin, v_.data() + p * winograd_point_stride(rows, g.cin),
-              g.cin, u_.data() + p * g.cin * g.cout, g.cout, 0.0f,
-              m_.data() + p * winograd_point_stride(rows, g.cout), g.cout);
+        sgemm('N', 'N', rows, g.cout, g.cin, v_.data() + p * g.cin, vs_,
+              u_.data() + p * g.cin * g.cout, g.cout, 0.0f, m_.data() + p * g.cout, ms_);
       kernels_->output(g, mat_.at.data(), m_.data(), cfg_.bias ? b : nullptr, n0, n1, y);
     }
   }
@@ -197,15 +202,13 @@ class WinogradConv2d final : public Conv2dOp {
       kernels_->output_adjoint(g, mat_.at.data(), dy, n0, n1, m_.data());
       kernels_->input(g, mat_.bt.data(), x, n0, n1, v_.data());
       for (int64_t p = 0; p < points_; ++p)
-        sgemm('T', 'N', g.cin, g.cout, rows, v_.data() + p * winograd_point_stride(rows, g.cin),
-              g.cin, m_.data() + p * winograd_point_stride(rows, g.cout), g.cout,
-              n0 == 0 ? 0.0f : 1.0f, du_.data() + p * g.cin * g.cout, g.cout);
+        sgemm('T', 'N', g.cin, g.cout, rows, v_.data() + p * g.cin, vs_, m_.data() + p * g.cout,
+              ms_, n0 == 0 ? 0.0f : 1.0f, du_.data() + p * g.cin * g.cout, g.cout);
       if (dx == nullptr) continue;
       // dV overwrites V, which backward-weights has consumed.
       for (int64_t p = 0; p < points_; ++p)
-        sgemm('N', 'T', rows, g.cin, g.cout, m_.data() + p * winograd_point_stride(rows, g.cout),
-              g.cout, u_.data() + p * g.cin * g.cout, g.cout, 0.0f,
-              v_.data() + p * winograd_point_stride(rows, g.cin), g.cin);
+        sgemm('N', 'T', rows, g.cin, g.cout, m_.data() + p * g.cout, ms_,
+              u_.data() + p * g.cin * g.cout, g.cout, 0.0f, v_.data() + p * g.cin, vs_);
       kernels_->input_adjoint(g, mat_.bt.data(), v_.data(), n0, n1, dx);
     }
     filter_gradient(dw, accumulate);
@@ -219,8 +222,7 @@ class WinogradConv2d final : public Conv2dOp {
   void reserve(int n) {
     const auto& g = geo_;
     const int64_t rows = int64_t{std::min(n, chunk_)} * g.tiles();
-    const auto v_size = size_t(points_ * winograd_point_stride(rows, g.cin));
-    const auto m_size = size_t(points_ * winograd_point_stride(rows, g.cout));
+    const auto v_size = size_t(rows * vs_), m_size = size_t(rows * ms_);
     if (v_.size() < v_size) v_.resize(v_size);
     if (m_.size() < m_size) m_.resize(m_size);
     const size_t filters = size_t(points_) * g.cin * g.cout;
@@ -311,7 +313,8 @@ class WinogradConv2d final : public Conv2dOp {
   const WinogradKernels* kernels_;
   WinogradGeometry geo_;
   int64_t points_ = 0;
-  int chunk_ = 1;  // images per chunk
+  int64_t vs_ = 0, ms_ = 0;  // floats per tile in v_ and m_ (winograd_tile_stride)
+  int chunk_ = 1;            // images per chunk
   // Grow-only buffers: transformed input (and dV), transformed output (and dM), filters,
   // filter gradients, the transposed filter, and the filter transforms' partial products.
   std::vector<float> v_, m_, u_, du_, wt_, tmp_;

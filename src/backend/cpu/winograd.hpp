@@ -37,14 +37,17 @@ struct WinogradGeometry {
   int tiles() const { return tiles_h * tiles_w; }
 };
 
-// Floats from one point's matrix of a transformed buffer to the next: rows x channels, plus a
-// cache line so that the alpha^2 matrices do not all start on the same cache set (their sizes
-// are often multiples of 4 KiB, and a tile's transform touches every one of them).
-inline int64_t winograd_point_stride(int64_t rows, int channels) { return rows * channels + 16; }
+// The transformed buffers hold, tile after tile, each tile's alpha^2 points of `channels`
+// values: a tile's transform reads or writes one contiguous run. The per-point GEMMs see the
+// point's matrix (tiles x channels) at offset point * channels, one tile per row, with this
+// row stride: a tile's floats plus a cache line, so that the rows of a matrix do not all fall
+// on one cache set (a tile's size is often a multiple of 4 KiB).
+inline int64_t winograd_tile_stride(int alpha, int channels) {
+  return int64_t{alpha} * alpha * channels + 16;
+}
 
-// The transforms over the tiles of images [n0, n1). The transformed buffers are
-// [alpha^2 points][tiles of those images][channels]: one row-major matrix per point, the
-// operands of the per-point GEMMs. Each runs its own OpenMP loop over (image, channel group).
+// The transforms over the tiles of images [n0, n1), with transformed buffers laid out as
+// winograd_tile_stride says. Each runs its own OpenMP loop over images.
 struct WinogradKernels {
   // v = bt d bt^T of every input tile d of x (zero outside the image).
   void (*input)(const WinogradGeometry& g, const float* bt, const float* x, int n0, int n1,

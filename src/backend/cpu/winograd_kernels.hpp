@@ -50,14 +50,14 @@ void input(const WinogradGeometry& g, const float* bt_in, const float* x, int n0
            float* v) {
   const Splat<A> bt(bt_in, A * A);
   const int groups = g.cin / 8, tw = g.tiles_w, th = g.tiles_h, h = g.in_h, w = g.in_w;
-  const int64_t rows = int64_t{n1 - n0} * g.tiles(), point = winograd_point_stride(rows, g.cin);
-#pragma omp parallel for schedule(static) if (point * A * A >= kParallelMin)
+  const int64_t rows = int64_t{n1 - n0} * g.tiles(), ts = winograd_tile_stride(A, g.cin);
+#pragma omp parallel for schedule(static) if (rows * ts >= kParallelMin)
   for (int n = n0; n < n1; ++n)
     for (int ty = 0; ty < th; ++ty)
       for (int tx = 0; tx < tw; ++tx)
         for (int grp = 0; grp < groups; ++grp) {
           const float* src = x + group_base(n, grp * 8, g.cin, g.in_block, h, w);
-          float* dst = v + int64_t{n - n0} * g.tiles() * g.cin + grp * 8;
+          float* dst = v + int64_t{n - n0} * g.tiles() * ts + grp * 8;
           const int64_t step = g.in_block;
           const int y0 = ty * M - g.pad, x0 = tx * M - g.pad;
           v8 d[A][A];
@@ -74,12 +74,12 @@ void input(const WinogradGeometry& g, const float* bt_in, const float* x, int n0
               for (int k = 0; k < A; ++k) acc += bt.v[i * A + k] * d[k][j];
               s[i][j] = acc;
             }
-          float* out = dst + (int64_t{ty} * tw + tx) * g.cin;
+          float* out = dst + (int64_t{ty} * tw + tx) * ts;
           for (int i = 0; i < A; ++i)
             for (int j = 0; j < A; ++j) {
               v8 acc{};
               for (int k = 0; k < A; ++k) acc += s[i][k] * bt.v[j * A + k];
-              store8(out + (i * A + j) * point, acc);
+              store8(out + (i * A + j) * g.cin, acc);
             }
         }
 }
@@ -89,20 +89,20 @@ void output(const WinogradGeometry& g, const float* at_in, const float* mm, cons
             int n0, int n1, float* y) {
   const Splat<A> at(at_in, M * A);
   const int groups = g.cout / 8, tw = g.tiles_w, th = g.tiles_h, h = g.out_h, w = g.out_w;
-  const int64_t rows = int64_t{n1 - n0} * g.tiles(), point = winograd_point_stride(rows, g.cout);
-#pragma omp parallel for schedule(static) if (point * A * A >= kParallelMin)
+  const int64_t rows = int64_t{n1 - n0} * g.tiles(), ts = winograd_tile_stride(A, g.cout);
+#pragma omp parallel for schedule(static) if (rows * ts >= kParallelMin)
   for (int n = n0; n < n1; ++n)
     for (int ty = 0; ty < th; ++ty)
       for (int tx = 0; tx < tw; ++tx)
         for (int grp = 0; grp < groups; ++grp) {
           float* dst = y + group_base(n, grp * 8, g.cout, g.out_block, h, w);
-          const float* src = mm + int64_t{n - n0} * g.tiles() * g.cout + grp * 8;
+          const float* src = mm + int64_t{n - n0} * g.tiles() * ts + grp * 8;
           const v8 b = bias != nullptr ? load8(bias + grp * 8) : v8{};
           const int64_t step = g.out_block;
-          const float* in = src + (int64_t{ty} * tw + tx) * g.cout;
+          const float* in = src + (int64_t{ty} * tw + tx) * ts;
           v8 d[A][A];
           for (int i = 0; i < A; ++i)
-            for (int j = 0; j < A; ++j) d[i][j] = load8(in + (i * A + j) * point);
+            for (int j = 0; j < A; ++j) d[i][j] = load8(in + (i * A + j) * g.cout);
           v8 s[M][A];
           for (int i = 0; i < M; ++i)
             for (int j = 0; j < A; ++j) {
@@ -124,14 +124,14 @@ void output_adjoint(const WinogradGeometry& g, const float* at_in, const float* 
                     float* dm) {
   const Splat<A> at(at_in, M * A);
   const int groups = g.cout / 8, tw = g.tiles_w, th = g.tiles_h, h = g.out_h, w = g.out_w;
-  const int64_t rows = int64_t{n1 - n0} * g.tiles(), point = winograd_point_stride(rows, g.cout);
-#pragma omp parallel for schedule(static) if (point * A * A >= kParallelMin)
+  const int64_t rows = int64_t{n1 - n0} * g.tiles(), ts = winograd_tile_stride(A, g.cout);
+#pragma omp parallel for schedule(static) if (rows * ts >= kParallelMin)
   for (int n = n0; n < n1; ++n)
     for (int ty = 0; ty < th; ++ty)
       for (int tx = 0; tx < tw; ++tx)
         for (int grp = 0; grp < groups; ++grp) {
           const float* src = dy + group_base(n, grp * 8, g.cout, g.out_block, h, w);
-          float* dst = dm + int64_t{n - n0} * g.tiles() * g.cout + grp * 8;
+          float* dst = dm + int64_t{n - n0} * g.tiles() * ts + grp * 8;
           const int64_t step = g.out_block;
           v8 d[M][M];
           for (int i = 0; i < M; ++i)
@@ -146,12 +146,12 @@ void output_adjoint(const WinogradGeometry& g, const float* at_in, const float* 
               for (int i = 0; i < M; ++i) acc += at.v[i * A + k] * d[i][j];
               s[k][j] = acc;
             }
-          float* out = dst + (int64_t{ty} * tw + tx) * g.cout;
+          float* out = dst + (int64_t{ty} * tw + tx) * ts;
           for (int k = 0; k < A; ++k)
             for (int l = 0; l < A; ++l) {
               v8 acc{};
               for (int j = 0; j < M; ++j) acc += s[k][j] * at.v[j * A + l];
-              store8(out + (k * A + l) * point, acc);
+              store8(out + (k * A + l) * g.cout, acc);
             }
         }
 }
@@ -161,20 +161,20 @@ void input_adjoint(const WinogradGeometry& g, const float* bt_in, const float* d
                    float* dx) {
   const Splat<A> bt(bt_in, A * A);
   const int groups = g.cin / 8, tw = g.tiles_w, th = g.tiles_h, h = g.in_h, w = g.in_w;
-  const int64_t rows = int64_t{n1 - n0} * g.tiles(), point = winograd_point_stride(rows, g.cin);
+  const int64_t rows = int64_t{n1 - n0} * g.tiles(), ts = winograd_tile_stride(A, g.cin);
   // Tiles of one image overlap, so each image runs on one thread, in order.
-#pragma omp parallel for schedule(static) if (point * A * A >= kParallelMin)
+#pragma omp parallel for schedule(static) if (rows * ts >= kParallelMin)
   for (int n = n0; n < n1; ++n)
     for (int ty = 0; ty < th; ++ty)
       for (int tx = 0; tx < tw; ++tx)
         for (int grp = 0; grp < groups; ++grp) {
           float* dst = dx + group_base(n, grp * 8, g.cin, g.in_block, h, w);
-          const float* src = dv + int64_t{n - n0} * g.tiles() * g.cin + grp * 8;
+          const float* src = dv + int64_t{n - n0} * g.tiles() * ts + grp * 8;
           const int64_t step = g.in_block;
-          const float* in = src + (int64_t{ty} * tw + tx) * g.cin;
+          const float* in = src + (int64_t{ty} * tw + tx) * ts;
           v8 d[A][A];
           for (int i = 0; i < A; ++i)
-            for (int j = 0; j < A; ++j) d[i][j] = load8(in + (i * A + j) * point);
+            for (int j = 0; j < A; ++j) d[i][j] = load8(in + (i * A + j) * g.cin);
           v8 s[A][A];  // bt^T d
           for (int k = 0; k < A; ++k)
             for (int j = 0; j < A; ++j) {
