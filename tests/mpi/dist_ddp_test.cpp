@@ -127,7 +127,11 @@ TEST_P(DdpTest, MatchesOneRankWithTheGlobalBatch) {
     EXPECT_LE(update_err, w * std::ldexp(1.0, -8)) << "relative error of the update";
     EXPECT_GT(update_err, 1e-6) << "bf16 reduction gave the f32 result: was it reduced in f32?";
   } else {
-    EXPECT_LE(test::max_rel_error(got, want), 1e-5)
+    // Rounding only: lenet's conv2 runs as Winograd (Note [Winograd convolution]), whose sums
+    // are ordered by tiles and chunks of the batch, so W ranks of B and one rank of W * B
+    // round differently (measured 1.1e-5 after the steps); a lost or doubled contribution
+    // would miss by a good part of the update.
+    EXPECT_LE(test::max_rel_error(got, want), 5e-5)
         << "plan " << reducer.plan().summary() << ", overlap " << c.overlap;
   }
   // All replicas bit-identical after the steps.

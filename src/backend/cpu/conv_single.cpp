@@ -40,12 +40,15 @@ struct Geometry {
 // compiled twice below: for AVX2 + FMA and for the baseline instruction set.
 #define DDPV_INLINE inline __attribute__((always_inline))
 
-// Image i with `p` zeros around it: (h + 2p) x (w + 2p), so that windows need no bounds checks.
-DDPV_INLINE void pad_image(const Geometry& g, int i, const float* x, float* xp) {
+// The images with `p` zeros around each: n x (h + 2p) x (w + 2p), so that no window needs a
+// bounds check.
+void pad_images(const Geometry& g, int n, const float* x, float* xp) {
   const int pw = g.w + 2 * g.p, ph = g.h + 2 * g.p;
-  std::fill(xp, xp + int64_t{ph} * pw, 0.0f);
-  for (int y = 0; y < g.h; ++y)
-    std::copy_n(x + (int64_t{i} * g.h + y) * g.w, g.w, xp + int64_t{y + g.p} * pw + g.p);
+  std::fill(xp, xp + int64_t{n} * ph * pw, 0.0f);
+  for (int i = 0; i < n; ++i)
+    for (int y = 0; y < g.h; ++y)
+      std::copy_n(x + (int64_t{i} * g.h + y) * g.w, g.w,
+                  xp + (int64_t{i} * ph + y + g.p) * pw + g.p);
 }
 
 // Outputs [ox, ox + B) of row oy, channels [8 grp, 8 grp + 8): B accumulators in registers,
@@ -82,15 +85,39 @@ DDPV_INLINE void forward_item(const Geometry& g, int i, int grp, const float* xp
   }
 }
 
-// The weight gradient of channel group grp (dwv: [cout / 8][k][k][8]) and its bias gradient.
-DDPV_INLINE void weight_grad_group(const Geometry& g, int n, int grp, const float* x,
+// d[kx] += sum over ox of the padded input row xr at ox * s + kx times dy at ox, kx < K: K
+// independent accumulators (one would chain every FMA on the last).
+template <int K>
+DDPV_INLINE void weight_grad_row(const Geometry& g, const float* xr, const float* row, float* d) {
+  v8 acc[K];
+  for (int kx = 0; kx < K; ++kx) acc[kx] = v8{};
+  for (int ox = 0; ox < g.ow; ++ox) {
+    const v8 dv = load8(row + int64_t{ox} * g.block);
+    const float* xo = xr + ox * g.s;
+    for (int kx = 0; kx < K; ++kx) acc[kx] += xo[kx] * dv;
+  }
+  for (int kx = 0; kx < K; ++kx) store8(d + kx * 8, load8(d + kx * 8) + acc[kx]);
+}
+
+DDPV_INLINE void weight_grad_row_any(const Geometry& g, const float* xr, const float* row,
+                                     float* d) {
+  for (int kx = 0; kx < g.k; ++kx) {
+    v8 acc{};
+    for (int ox = 0; ox < g.ow; ++ox) acc += xr[ox * g.s + kx] * load8(row + int64_t{ox} * g.block);
+    store8(d + kx * 8, load8(d + kx * 8) + acc);
+  }
+}
+
+// The weight gradient of channel group grp (dwv: [cout / 8][k][k][8]) and its bias gradient,
+// from the padded images xp.
+DDPV_INLINE void weight_grad_group(const Geometry& g, int n, int grp, const float* xp,
                                    const float* dy, float* dwv, float* db) {
-  const int kk = g.k * g.k;
+  const int kk = g.k * g.k, pw = g.w + 2 * g.p;
+  const int64_t image = int64_t{g.h + 2 * g.p} * pw;
   float* dwg = dwv + int64_t{grp} * kk * 8;
   std::fill(dwg, dwg + kk * 8, 0.0f);
   v8 bacc{};
   for (int i = 0; i < n; ++i) {
-    const float* xi = x + int64_t{i} * g.h * g.w;
     const float* dyi = dy + g.base(i, grp * 8);
     for (int oy = 0; oy < g.oh; ++oy) {
       const float* row = dyi + int64_t{oy} * g.ow * g.block;
@@ -98,19 +125,20 @@ DDPV_INLINE void weight_grad_group(const Geometry& g, int n, int grp, const floa
       for (int ox = 0; ox < g.ow; ++ox) racc += load8(row + int64_t{ox} * g.block);
       bacc += racc;
       for (int ky = 0; ky < g.k; ++ky) {
-        const int iy = oy * g.s - g.p + ky;
-        if (iy < 0 || iy >= g.h) continue;
-        const float* xr = xi + int64_t{iy} * g.w;
-        for (int kx = 0; kx < g.k; ++kx) {
-          // Output columns whose input column ox * s - p + kx lies inside the image.
-          const int lo = std::max(0, (g.p - kx + g.s - 1) / g.s);
-          const int last = g.w - 1 + g.p - kx;  // ox * s <= last
-          const int hi = last < 0 ? 0 : std::min(g.ow, last / g.s + 1);
-          v8 acc{};
-          for (int ox = lo; ox < hi; ++ox)
-            acc += xr[ox * g.s - g.p + kx] * load8(row + int64_t{ox} * g.block);
-          float* d = dwg + (ky * g.k + kx) * 8;
-          store8(d, load8(d) + acc);
+        const float* xr = xp + i * image + int64_t{oy * g.s + ky} * pw;
+        float* d = dwg + ky * g.k * 8;
+        switch (g.k) {
+          case 3:
+            weight_grad_row<3>(g, xr, row, d);
+            break;
+          case 5:
+            weight_grad_row<5>(g, xr, row, d);
+            break;
+          case 7:
+            weight_grad_row<7>(g, xr, row, d);
+            break;
+          default:
+            weight_grad_row_any(g, xr, row, d);
         }
       }
     }
@@ -120,23 +148,20 @@ DDPV_INLINE void weight_grad_group(const Geometry& g, int n, int grp, const floa
 
 // clang-format off
 #define DDPV_SINGLE_CHANNEL_LOOPS(suffix, attributes)                                             \
-  attributes void forward_##suffix(const Geometry& g, int n, const float* x, const float* wv,     \
-                                   const float* bias, float* y) {                                 \
+  attributes void forward_##suffix(const Geometry& g, int n, const float* xp, const float* wv,   \
+                                   const float* bias, float* y) {                               \
+    const int64_t image = int64_t{g.h + 2 * g.p} * (g.w + 2 * g.p);                              \
     const bool big = int64_t{n} * g.oh * g.ow * g.cout >= (1 << 16);                            \
-    _Pragma("omp parallel if (big)") {                                                           \
-      std::vector<float> xp(size_t(g.h + 2 * g.p) * (g.w + 2 * g.p));                             \
-      _Pragma("omp for schedule(static)") for (int i = 0; i < n; ++i) {                           \
-        pad_image(g, i, x, xp.data());                                                            \
-        for (int grp = 0; grp < g.cout / 8; ++grp)                                                \
-          forward_item(g, i, grp, xp.data(), wv, bias, y);                                        \
-      }                                                                                           \
-    }                                                                                             \
-  }                                                                                               \
-  attributes void weight_grad_##suffix(const Geometry& g, int n, const float* x, const float* dy, \
+    _Pragma("omp parallel for collapse(2) schedule(static) if (big)")                            \
+    for (int i = 0; i < n; ++i)                                                                  \
+      for (int grp = 0; grp < g.cout / 8; ++grp)                                                 \
+        forward_item(g, i, grp, xp + i * image, wv, bias, y);                                    \
+  }                                                                                              \
+  attributes void weight_grad_##suffix(const Geometry& g, int n, const float* xp, const float* dy, \
                                        float* dwv, float* db) {                                   \
     const bool big = int64_t{n} * g.oh * g.ow * g.cout >= (1 << 16);                            \
     _Pragma("omp parallel for schedule(static) if (big)")                                        \
-    for (int grp = 0; grp < g.cout / 8; ++grp) weight_grad_group(g, n, grp, x, dy, dwv, db);     \
+    for (int grp = 0; grp < g.cout / 8; ++grp) weight_grad_group(g, n, grp, xp, dy, dwv, db);     \
   }
 
 DDPV_SINGLE_CHANNEL_LOOPS(avx2, __attribute__((target("avx2,fma"))))
@@ -166,7 +191,9 @@ class SingleChannelConv2d final : public Conv2dOp {
     const int kk = g_.k * g_.k;
     for (int co = 0; co < g_.cout; ++co)
       for (int t = 0; t < kk; ++t) wv_[(size_t(co / 8) * kk + t) * 8 + co % 8] = w[co * kk + t];
-    (kAvx2 ? forward_avx2 : forward_baseline)(g_, n, x, wv_.data(), cfg_.bias ? b : nullptr, y);
+    pad(n, x);
+    (kAvx2 ? forward_avx2 : forward_baseline)(g_, n, xp_.data(), wv_.data(),
+                                              cfg_.bias ? b : nullptr, y);
   }
 
   void backward(int n, const float* x, const float* w, const float* dy, float* dx, float* dw,
@@ -176,7 +203,8 @@ class SingleChannelConv2d final : public Conv2dOp {
     DDPV_CHECK(!cfg_.bias || db != nullptr, "conv2d backward: the layer has a bias but db is null");
     ctx_.bind_threads();
     const int kk = g_.k * g_.k;
-    (kAvx2 ? weight_grad_avx2 : weight_grad_baseline)(g_, n, x, dy, wv_.data(),
+    pad(n, x);
+    (kAvx2 ? weight_grad_avx2 : weight_grad_baseline)(g_, n, xp_.data(), dy, wv_.data(),
                                                       cfg_.bias ? db_.data() : nullptr);
     for (int co = 0; co < g_.cout; ++co)
       for (int t = 0; t < kk; ++t) {
@@ -189,6 +217,12 @@ class SingleChannelConv2d final : public Conv2dOp {
   }
 
  private:
+  void pad(int n, const float* x) {
+    const size_t size = size_t(n) * (g_.h + 2 * g_.p) * (g_.w + 2 * g_.p);
+    if (xp_.size() < size) xp_.resize(size);
+    pad_images(g_, n, x, xp_.data());
+  }
+
   // dx (N, H, W) = sum over the outputs each input feeds of dy times the weight between them.
   void data_grad(int n, const float* w, const float* dy, float* dx) const {
     const int kk = g_.k * g_.k;
@@ -216,6 +250,7 @@ class SingleChannelConv2d final : public Conv2dOp {
   Conv2dConfig cfg_;
   Geometry g_;
   std::vector<float> wv_, db_;  // weights (and their gradient) by 8 channels; bias gradient
+  std::vector<float> xp_;       // the padded input (grow-only)
 };
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "backend/cpu/cpu_ops.hpp"
 #include "ddpv/core/dtype.hpp"
@@ -178,17 +179,24 @@ class CpuBackend final : public Backend {
                  " channels have no layout with block ", layout);
     }
     ctx_.bind_threads();
+    // Every layout is blocked with some block b: NCHW b = 1, NHWC b = c. Element (i, ch, s)
+    // (s: the spatial index) is at ((i * c / b + ch / b) * hw + s) * b + ch % b: the source
+    // is read in order, and each channel's place in an image of the target is looked up.
     const int64_t hw = static_cast<int64_t>(h) * w;
-    // The offset of element (i, ch, s) (s: the spatial index) in a layout.
-    auto offset = [c, hw](int layout, int64_t i, int64_t ch, int64_t s) {
-      if (layout == kNchw) return (i * c + ch) * hw + s;
-      if (layout == 0) return (i * hw + s) * c + ch;
-      return ((i * (c / layout) + ch / layout) * hw + s) * layout + ch % layout;
-    };
-#pragma omp parallel for if (static_cast <int64_t>(n) * hw * c >= kParallelMin)
+    auto block_of = [c](int layout) { return layout == kNchw ? 1 : layout == 0 ? c : layout; };
+    const int fb = block_of(from), tb = block_of(to);
+    std::vector<int64_t> place(static_cast<size_t>(c));
+    for (int ch = 0; ch < c; ++ch) place[size_t(ch)] = ch / tb * hw * tb + ch % tb;
+    const int64_t image = hw * c;
+#pragma omp parallel for if (static_cast <int64_t>(n) * image >= kParallelMin)
     for (int i = 0; i < n; ++i)
-      for (int64_t s = 0; s < hw; ++s)
-        for (int ch = 0; ch < c; ++ch) y[offset(to, i, ch, s)] = x[offset(from, i, ch, s)];
+      for (int cb = 0; cb < c / fb; ++cb)
+        for (int64_t s = 0; s < hw; ++s) {
+          const float* src = x + i * image + (cb * hw + s) * fb;
+          float* dst = y + i * image + s * tb;
+          const int64_t* at = place.data() + int64_t{cb} * fb;
+          for (int k = 0; k < fb; ++k) dst[at[k]] = src[k];
+        }
   }
 
   int activation_block() const override { return ctx_.block; }

@@ -1,6 +1,6 @@
 // Conv2dOp by Winograd's minimal filtering (Note [Winograd convolution]): the transform
-// matrices, the filter transforms, the per-point GEMMs on oneDNN's sgemm, and the choice of
-// the layers it serves. The tile loops are in winograd_kernels.hpp.
+// matrices, the filter transforms, the order of the stages, and the choice of the layers it
+// serves. The tile loops are in winograd_kernels.hpp.
 #include "backend/cpu/winograd.hpp"
 
 #include <algorithm>
@@ -31,7 +31,8 @@ namespace ddpv::cpu {
 // F(4x4, 3x3) lose about 1e-5 of the magnitude of the sums in fp32 (the direct method: about
 // 1e-7), which training does not notice (the golden tests against PyTorch run through it).
 //
-// The transforms are memory-bound passes; the GEMMs are dnnl_sgemm. Images go through in
+// The transforms are memory-bound passes; the GEMMs are our own (Note [Winograd GEMMs] in
+// winograd_kernels.hpp). Images go through in
 // chunks so that a chunk's transformed input and output stay in cache between the transform
 // and the GEMM that reads it. The layers it serves (winograd_tile) are those where it was
 // measured faster than oneDNN's direct kernels: docs/performance.md.
@@ -125,14 +126,6 @@ const WinogradKernels* kernels_for(int m, int r) {
   return k;
 }
 
-// Row-major C (m, n) = op(A) op(B) + beta C.
-void sgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  DDPV_DNNL_CHECK("conv2d (winograd): sgemm",
-                  check_dnnl_status(dnnl_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc),
-                                    "dnnl_sgemm"));
-}
-
 class WinogradConv2d final : public Conv2dOp {
  public:
   WinogradConv2d(const CpuContext& ctx, const Conv2dConfig& cfg, int tile)
@@ -177,9 +170,12 @@ class WinogradConv2d final : public Conv2dOp {
       const int n1 = std::min(n, n0 + chunk_);
       const int64_t rows = int64_t{n1 - n0} * g.tiles();
       kernels_->input(g, mat_.bt.data(), x, n0, n1, v_.data());
-      for (int64_t p = 0; p < points_; ++p)
-        sgemm('N', 'N', rows, g.cout, g.cin, v_.data() + p * g.cin, vs_,
-              u_.data() + p * g.cin * g.cout, g.cout, 0.0f, m_.data() + p * g.cout, ms_);
+      WinogradGemm mm;  // M_p = V_p U_p
+      mm.points = points_, mm.m = rows, mm.n = g.cout, mm.k = g.cin;
+      mm.a = v_.data(), mm.a_point = g.cin, mm.a_row = vs_, mm.a_col = 1;
+      mm.b = u_.data(), mm.b_point = int64_t{g.cin} * g.cout, mm.ldb = g.cout;
+      mm.c = m_.data(), mm.c_point = g.cout, mm.ldc = ms_;
+      kernels_->gemm(mm);
       kernels_->output(g, mat_.at.data(), m_.data(), cfg_.bias ? b : nullptr, n0, n1, y);
     }
   }
@@ -194,6 +190,7 @@ class WinogradConv2d final : public Conv2dOp {
     const auto& g = geo_;
     if (dx != nullptr) {
       transform_filter(w);
+      transpose_filter();
       std::memset(dx, 0, sizeof(float) * size_t(n) * g.in_h * g.in_w * g.cin);
     }
     for (int n0 = 0; n0 < n; n0 += chunk_) {
@@ -201,14 +198,20 @@ class WinogradConv2d final : public Conv2dOp {
       const int64_t rows = int64_t{n1 - n0} * g.tiles();
       kernels_->output_adjoint(g, mat_.at.data(), dy, n0, n1, m_.data());
       kernels_->input(g, mat_.bt.data(), x, n0, n1, v_.data());
-      for (int64_t p = 0; p < points_; ++p)
-        sgemm('T', 'N', g.cin, g.cout, rows, v_.data() + p * g.cin, vs_, m_.data() + p * g.cout,
-              ms_, n0 == 0 ? 0.0f : 1.0f, du_.data() + p * g.cin * g.cout, g.cout);
+      WinogradGemm wg;  // dU_p += V_p^T dM_p
+      wg.points = points_, wg.m = g.cin, wg.n = g.cout, wg.k = rows;
+      wg.a = v_.data(), wg.a_point = g.cin, wg.a_row = 1, wg.a_col = vs_;
+      wg.b = m_.data(), wg.b_point = g.cout, wg.ldb = ms_;
+      wg.c = du_.data(), wg.c_point = int64_t{g.cin} * g.cout, wg.ldc = g.cout;
+      wg.accumulate = n0 > 0;
+      kernels_->gemm(wg);
       if (dx == nullptr) continue;
-      // dV overwrites V, which backward-weights has consumed.
-      for (int64_t p = 0; p < points_; ++p)
-        sgemm('N', 'T', rows, g.cin, g.cout, m_.data() + p * g.cout, ms_,
-              u_.data() + p * g.cin * g.cout, g.cout, 0.0f, v_.data() + p * g.cin, vs_);
+      WinogradGemm dg;  // dV_p = dM_p U_p^T, over V, which backward-weights has consumed
+      dg.points = points_, dg.m = rows, dg.n = g.cin, dg.k = g.cout;
+      dg.a = m_.data(), dg.a_point = g.cout, dg.a_row = ms_, dg.a_col = 1;
+      dg.b = ut_.data(), dg.b_point = int64_t{g.cin} * g.cout, dg.ldb = g.cin;
+      dg.c = v_.data(), dg.c_point = g.cin, dg.ldc = vs_;
+      kernels_->gemm(dg);
       kernels_->input_adjoint(g, mat_.bt.data(), v_.data(), n0, n1, dx);
     }
     filter_gradient(dw, accumulate);
@@ -228,6 +231,7 @@ class WinogradConv2d final : public Conv2dOp {
     const size_t filters = size_t(points_) * g.cin * g.cout;
     if (u_.size() < filters) {
       u_.resize(filters);
+      ut_.resize(filters);
       du_.resize(filters);
       wt_.resize(size_t(g.cin) * g.r * g.r * g.cout);
       tmp_.resize(size_t(g.cin) * g.alpha * g.alpha * g.cout);
@@ -267,6 +271,17 @@ class WinogradConv2d final : public Conv2dOp {
             for (int co = 0; co < cout; ++co) dst[co] += c * src[co];
           }
         }
+    }
+  }
+
+  // ut[p][co][ci] = u[p][ci][co]: B of backward-data's products.
+  void transpose_filter() {
+    const int cin = geo_.cin, cout = geo_.cout;
+    for (int64_t p = 0; p < points_; ++p) {
+      const float* src = u_.data() + p * cin * cout;
+      float* dst = ut_.data() + p * cin * cout;
+      for (int ci = 0; ci < cin; ++ci)
+        for (int co = 0; co < cout; ++co) dst[size_t(co) * cin + ci] = src[size_t(ci) * cout + co];
     }
   }
 
@@ -315,9 +330,10 @@ class WinogradConv2d final : public Conv2dOp {
   int64_t points_ = 0;
   int64_t vs_ = 0, ms_ = 0;  // floats per tile in v_ and m_ (winograd_tile_stride)
   int chunk_ = 1;            // images per chunk
-  // Grow-only buffers: transformed input (and dV), transformed output (and dM), filters,
-  // filter gradients, the transposed filter, and the filter transforms' partial products.
-  std::vector<float> v_, m_, u_, du_, wt_, tmp_;
+  // Grow-only buffers: transformed input (and dV), transformed output (and dM), filters and
+  // their transpose, filter gradients, the transposed filter, and the filter transforms'
+  // partial products.
+  std::vector<float> v_, m_, u_, ut_, du_, wt_, tmp_;
 };
 
 }  // namespace

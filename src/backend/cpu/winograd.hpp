@@ -46,6 +46,21 @@ inline int64_t winograd_tile_stride(int alpha, int channels) {
   return int64_t{alpha} * alpha * channels + 16;
 }
 
+// The per-point products: for each point p < points, C_p (m x n) = A_p B_p, or C_p += A_p B_p
+// with `accumulate`. A_p(i, k) = a[p * a_point + i * a_row + k * a_col] (either layout of a
+// transformed buffer, or its transpose), B_p row-major at b + p * b_point with row stride ldb,
+// C_p likewise at c + p * c_point with ldc. n is a multiple of 8.
+struct WinogradGemm {
+  int64_t points = 0, m = 0, n = 0, k = 0;
+  const float* a = nullptr;
+  int64_t a_point = 0, a_row = 0, a_col = 0;
+  const float* b = nullptr;
+  int64_t b_point = 0, ldb = 0;
+  float* c = nullptr;
+  int64_t c_point = 0, ldc = 0;
+  bool accumulate = false;
+};
+
 // The transforms over the tiles of images [n0, n1), with transformed buffers laid out as
 // winograd_tile_stride says. Each runs its own OpenMP loop over images.
 struct WinogradKernels {
@@ -63,6 +78,8 @@ struct WinogradKernels {
                         float* dx);
   // db += the sum of dy over images [n0, n1) and positions, per output channel.
   void (*bias_grad)(const WinogradGeometry& g, const float* dy, int n0, int n1, float* db);
+  // The per-point GEMMs (points in parallel).
+  void (*gemm)(const WinogradGemm& args);
 };
 // The loops for F(m x m, r x r) compiled for AVX2 + FMA (null where not built or no such
 // instance), and for the baseline instruction set (null where no such instance).
