@@ -300,9 +300,9 @@ TEST(WinogradMatrices, ComputeTheOneDimensionalCorrelation) {
 }
 
 // A CPU backend whose stride-1 3x3 and 5x5 convolutions all take the Winograd path.
-std::unique_ptr<Backend> winograd_backend(int block) {
+std::unique_ptr<Backend> winograd_backend(int block, int threads) {
   BackendOptions o;
-  o.threads = 1;
+  o.threads = threads;
   o.activation_block = block;
   o.conv_algorithm = ConvAlgorithm::kWinograd;
   return make_backend(o);
@@ -324,11 +324,13 @@ double max_abs(const std::vector<double>& v) {
 // Forward, backward-data, backward-weights and bias against the naive loops, in NHWC and in
 // blocks of 8 and 16: both tile sizes, 3x3 and 5x5, padding from 0 to more than the kernel
 // half, sizes that do not fill the last tile, outputs too small for a 4x4 tile, and batches
-// that take several chunks. Then backward again, accumulating: every gradient doubles.
+// that take several chunks; on one thread and on three (the loops split images, channel
+// groups and points between threads). Then backward again, accumulating: every gradient
+// doubles.
 TEST(ConvOpWinograd, MatchesTheNaiveLoopInEveryLayout) {
   uint64_t seed = 1000;
-  for (int block : {0, 8, 16}) {
-    auto backend = winograd_backend(block);
+  for (auto [block, threads] : {std::pair{0, 1}, {8, 1}, {16, 1}, {8, 3}, {0, 3}}) {
+    auto backend = winograd_backend(block, threads);
     for (ConvCase cc :
          {ConvCase{2, 16, 16, 7, 9, 3, 1, 1, true}, ConvCase{3, 32, 16, 14, 14, 5, 1, 2, false},
           ConvCase{2, 16, 32, 5, 6, 5, 1, 0, true},  // 1x2 output: F(2x2, 5x5)
@@ -338,7 +340,8 @@ TEST(ConvOpWinograd, MatchesTheNaiveLoopInEveryLayout) {
       c.in_block = block_for(c.in_channels, block);
       c.out_block = block_for(c.out_channels, block);
       auto op = backend->conv2d(c);
-      SCOPED_TRACE(cc.str() + " block " + std::to_string(block) + ": " + op->algorithm());
+      SCOPED_TRACE(cc.str() + " block " + std::to_string(block) + ", " + std::to_string(threads) +
+                   " threads: " + op->algorithm());
       EXPECT_NE(op->algorithm().find("winograd"), std::string::npos);
       const int n = cc.n;
       const int64_t ihw = int64_t{c.in_h} * c.in_w, ohw = int64_t{c.out_h()} * c.out_w();
@@ -457,12 +460,13 @@ TEST(ConvOpWinograd, AutoPicksPerLayer) {
 
 // Note [Single-channel convolution]: a stem from one channel runs on our own loops (unless the
 // direct algorithm is asked for), in every output layout, with stride, padding and partial
-// windows, against the naive loops; then backward again, accumulating.
+// windows, against the naive loops, on one thread and on three; then backward again,
+// accumulating.
 TEST(ConvOpSingleChannel, MatchesTheNaiveLoopInEveryLayout) {
   uint64_t seed = 1500;
-  for (int block : {0, 8, 16}) {
+  for (auto [block, threads] : {std::pair{0, 1}, {8, 1}, {16, 1}, {8, 3}}) {
     BackendOptions o;
-    o.threads = 1;
+    o.threads = threads;
     o.activation_block = block;
     auto backend = make_backend(o);
     for (ConvCase cc :
@@ -472,7 +476,8 @@ TEST(ConvOpSingleChannel, MatchesTheNaiveLoopInEveryLayout) {
       Conv2dConfig c = cc.config();
       c.out_block = block_for(c.out_channels, block);
       auto op = backend->conv2d(c);
-      SCOPED_TRACE(cc.str() + " block " + std::to_string(block));
+      SCOPED_TRACE(cc.str() + " block " + std::to_string(block) + ", " + std::to_string(threads) +
+                   " threads");
       EXPECT_EQ(op->algorithm(), "single-channel direct");
       const int n = cc.n;
       const int64_t ihw = int64_t{c.in_h} * c.in_w, ohw = int64_t{c.out_h()} * c.out_w();
