@@ -39,7 +39,8 @@ namespace ddpv::cpu {
 
 namespace {
 
-// Cook-Toom points: alpha - 1 finite ones, then infinity.
+// Cook-Toom points: alpha - 1 finite ones, then infinity. The loops rely on this order: 0,
+// then pairs +x, -x (Note [Paired points] in winograd_kernels.hpp).
 constexpr double kPoints[] = {0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 3.0, -3.0};
 
 // Tiles per chunk of images (at least): the per-point GEMMs have this many rows. Fewer rows

@@ -46,6 +46,93 @@ struct Splat {
   }
 };
 
+// Note [Paired points]: the points come in pairs +x, -x after 0 and before infinity, so each
+// transform splits into even and odd parts, as an FFT does: a row of at for the pair weights
+// m(+x) and m(-x) by x^i and (-x)^i, i.e. their sum for even i and their difference for odd i;
+// the rows of bt for +x and -x agree on even columns and are opposite on odd ones (and the row
+// of 0 has even columns only, the row of infinity odd ones). The 1-D transforms below compute
+// the shared parts once: 20 instead of 32 multiply-adds for at with alpha = 8, 38 instead of 64
+// for bt, and likewise for the adjoints. Vectors are read and written with strides, so one
+// helper serves the columns and the rows of a tile.
+
+// out[i] = sum over k < A of at[i][k] in[k], i < M
+template <int A, int M>
+inline void at_1d(const v8* at, const v8* in, int is, v8* out, int os) {
+  constexpr int P = (A - 2) / 2;
+  v8 sum[P], dif[P];
+  for (int q = 0; q < P; ++q) {
+    sum[q] = in[(1 + 2 * q) * is] + in[(2 + 2 * q) * is];
+    dif[q] = in[(1 + 2 * q) * is] - in[(2 + 2 * q) * is];
+  }
+  for (int i = 0; i < M; ++i) {
+    v8 acc = i == 0 ? in[0] : v8{};
+    for (int q = 0; q < P; ++q) acc += at[i * A + 1 + 2 * q] * (i % 2 == 0 ? sum[q] : dif[q]);
+    if (i == M - 1) acc += in[(A - 1) * is];
+    out[i * os] = acc;
+  }
+}
+
+// out[k] = sum over i < M of at[i][k] in[i], k < A (the adjoint of at_1d)
+template <int A, int M>
+inline void at_adjoint_1d(const v8* at, const v8* in, int is, v8* out, int os) {
+  constexpr int P = (A - 2) / 2;
+  out[0] = in[0];
+  for (int q = 0; q < P; ++q) {
+    v8 even{}, odd{};
+    for (int i = 0; i < M; ++i) {
+      if (i % 2 == 0) {
+        even += at[i * A + 1 + 2 * q] * in[i * is];
+      } else {
+        odd += at[i * A + 1 + 2 * q] * in[i * is];
+      }
+    }
+    out[(1 + 2 * q) * os] = even + odd;
+    out[(2 + 2 * q) * os] = even - odd;
+  }
+  out[(A - 1) * os] = in[(M - 1) * is];
+}
+
+// out[p] = sum over j < A of bt[p][j] in[j], p < A
+template <int A>
+inline void bt_1d(const v8* bt, const v8* in, int is, v8* out, int os) {
+  constexpr int P = (A - 2) / 2;
+  v8 first{}, last{};
+  for (int j = 0; j < A; j += 2) first += bt[j] * in[j * is];
+  for (int j = 1; j < A; j += 2) last += bt[(A - 1) * A + j] * in[j * is];
+  out[0] = first;
+  out[(A - 1) * os] = last;
+  for (int q = 0; q < P; ++q) {
+    const v8* row = bt + (1 + 2 * q) * A;
+    v8 even{}, odd{};
+    for (int j = 0; j < A; j += 2) even += row[j] * in[j * is];
+    for (int j = 1; j < A; j += 2) odd += row[j] * in[j * is];
+    out[(1 + 2 * q) * os] = even + odd;
+    out[(2 + 2 * q) * os] = even - odd;
+  }
+}
+
+// out[j] = sum over p < A of bt[p][j] in[p], j < A (the adjoint of bt_1d)
+template <int A>
+inline void bt_adjoint_1d(const v8* bt, const v8* in, int is, v8* out, int os) {
+  constexpr int P = (A - 2) / 2;
+  v8 sum[P], dif[P];
+  for (int q = 0; q < P; ++q) {
+    sum[q] = in[(1 + 2 * q) * is] + in[(2 + 2 * q) * is];
+    dif[q] = in[(1 + 2 * q) * is] - in[(2 + 2 * q) * is];
+  }
+  for (int j = 0; j < A; ++j) {
+    v8 acc{};
+    if (j % 2 == 0) {
+      acc = bt[j] * in[0];
+      for (int q = 0; q < P; ++q) acc += bt[(1 + 2 * q) * A + j] * sum[q];
+    } else {
+      acc = bt[(A - 1) * A + j] * in[(A - 1) * is];
+      for (int q = 0; q < P; ++q) acc += bt[(1 + 2 * q) * A + j] * dif[q];
+    }
+    out[j * os] = acc;
+  }
+}
+
 template <int A, int M>
 void input(const WinogradGeometry& g, const float* bt_in, const float* x, int n0, int n1,
            float* v) {
@@ -68,20 +155,12 @@ void input(const WinogradGeometry& g, const float* bt_in, const float* x, int n0
               const bool inside = yy >= 0 && yy < h && xx >= 0 && xx < w;
               d[i][j] = inside ? load8(src + (int64_t{yy} * w + xx) * step) : v8{};
             }
-          v8 s[A][A];
-          for (int i = 0; i < A; ++i)
-            for (int j = 0; j < A; ++j) {
-              v8 acc{};
-              for (int k = 0; k < A; ++k) acc += bt.v[i * A + k] * d[k][j];
-              s[i][j] = acc;
-            }
+          v8 s[A][A], t[A][A];
+          for (int j = 0; j < A; ++j) bt_1d<A>(bt.v, &d[0][j], A, &s[0][j], A);  // columns
+          for (int i = 0; i < A; ++i) bt_1d<A>(bt.v, &s[i][0], 1, &t[i][0], 1);  // rows
           float* out = dst + (int64_t{ty} * tw + tx) * ts;
           for (int i = 0; i < A; ++i)
-            for (int j = 0; j < A; ++j) {
-              v8 acc{};
-              for (int k = 0; k < A; ++k) acc += s[i][k] * bt.v[j * A + k];
-              store8(out + (i * A + j) * g.cin, acc);
-            }
+            for (int j = 0; j < A; ++j) store8(out + (i * A + j) * g.cin, t[i][j]);
         }
 }
 
@@ -104,19 +183,12 @@ void output(const WinogradGeometry& g, const float* at_in, const float* mm, cons
           v8 d[A][A];
           for (int i = 0; i < A; ++i)
             for (int j = 0; j < A; ++j) d[i][j] = load8(in + (i * A + j) * g.cout);
-          v8 s[M][A];
-          for (int i = 0; i < M; ++i)
-            for (int j = 0; j < A; ++j) {
-              v8 acc{};
-              for (int k = 0; k < A; ++k) acc += at.v[i * A + k] * d[k][j];
-              s[i][j] = acc;
-            }
+          v8 s[M][A], t[M][M];
+          for (int j = 0; j < A; ++j) at_1d<A, M>(at.v, &d[0][j], A, &s[0][j], A);  // columns
+          for (int i = 0; i < M; ++i) at_1d<A, M>(at.v, &s[i][0], 1, &t[i][0], 1);  // rows
           for (int i = 0; i < M && ty * M + i < h; ++i)
-            for (int j = 0; j < M && tx * M + j < w; ++j) {
-              v8 acc = b;
-              for (int k = 0; k < A; ++k) acc += s[i][k] * at.v[j * A + k];
-              store8(dst + (int64_t{ty * M + i} * w + tx * M + j) * step, acc);
-            }
+            for (int j = 0; j < M && tx * M + j < w; ++j)
+              store8(dst + (int64_t{ty * M + i} * w + tx * M + j) * step, t[i][j] + b);
         }
 }
 
@@ -140,20 +212,12 @@ void output_adjoint(const WinogradGeometry& g, const float* at_in, const float* 
               const int yy = ty * M + i, xx = tx * M + j;
               d[i][j] = yy < h && xx < w ? load8(src + (int64_t{yy} * w + xx) * step) : v8{};
             }
-          v8 s[A][M];  // at^T d
-          for (int k = 0; k < A; ++k)
-            for (int j = 0; j < M; ++j) {
-              v8 acc{};
-              for (int i = 0; i < M; ++i) acc += at.v[i * A + k] * d[i][j];
-              s[k][j] = acc;
-            }
+          v8 s[A][M], t[A][A];  // at^T d, then (at^T d) at
+          for (int j = 0; j < M; ++j) at_adjoint_1d<A, M>(at.v, &d[0][j], M, &s[0][j], M);
+          for (int k = 0; k < A; ++k) at_adjoint_1d<A, M>(at.v, &s[k][0], 1, &t[k][0], 1);
           float* out = dst + (int64_t{ty} * tw + tx) * ts;
           for (int k = 0; k < A; ++k)
-            for (int l = 0; l < A; ++l) {
-              v8 acc{};
-              for (int j = 0; j < M; ++j) acc += s[k][j] * at.v[j * A + l];
-              store8(out + (k * A + l) * g.cout, acc);
-            }
+            for (int l = 0; l < A; ++l) store8(out + (k * A + l) * g.cout, t[k][l]);
         }
 }
 
@@ -176,13 +240,9 @@ void input_adjoint(const WinogradGeometry& g, const float* bt_in, const float* d
           v8 d[A][A];
           for (int i = 0; i < A; ++i)
             for (int j = 0; j < A; ++j) d[i][j] = load8(in + (i * A + j) * g.cin);
-          v8 s[A][A];  // bt^T d
-          for (int k = 0; k < A; ++k)
-            for (int j = 0; j < A; ++j) {
-              v8 acc{};
-              for (int i = 0; i < A; ++i) acc += bt.v[i * A + k] * d[i][j];
-              s[k][j] = acc;
-            }
+          v8 s[A][A], t[A][A];  // bt^T d, then (bt^T d) bt
+          for (int j = 0; j < A; ++j) bt_adjoint_1d<A>(bt.v, &d[0][j], A, &s[0][j], A);
+          for (int k = 0; k < A; ++k) bt_adjoint_1d<A>(bt.v, &s[k][0], 1, &t[k][0], 1);
           const int y0 = ty * M - g.pad, x0 = tx * M - g.pad;
           for (int k = 0; k < A; ++k) {
             const int yy = y0 + k;
@@ -190,10 +250,8 @@ void input_adjoint(const WinogradGeometry& g, const float* bt_in, const float* d
             for (int l = 0; l < A; ++l) {
               const int xx = x0 + l;
               if (xx < 0 || xx >= w) continue;
-              v8 acc{};
-              for (int j = 0; j < A; ++j) acc += s[k][j] * bt.v[j * A + l];
               float* p = dst + (int64_t{yy} * w + xx) * step;
-              store8(p, load8(p) + acc);
+              store8(p, load8(p) + t[k][l]);
             }
           }
         }
