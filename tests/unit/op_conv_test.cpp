@@ -379,6 +379,18 @@ TEST(ConvOpWinograd, MatchesTheNaiveLoopInEveryLayout) {
       if (c.bias) {
         EXPECT_TRUE(winograd_close(gb.to_host(), ref.db)) << "db accumulated";
       }
+      // New weights in the same buffer (as after an optimizer step) are seen: the op keeps
+      // transformed weights between calls.
+      const auto w2 = random_vector(nw, ++seed, -0.5f, 0.5f);
+      upload(w_, w2);
+      op->forward(n, x_.data(), w_.data(), bias, y_.data());
+      EXPECT_TRUE(winograd_close(blocked_to_nhwc(y_.to_host(), n, ohw, c.out_channels, c.out_block),
+                                 conv_forward_ref(c, n, x, w2, b)))
+          << "y after new weights";
+      op->backward(n, x_.data(), w_.data(), dy_.data(), gx.data(), gw.data(), db, false);
+      EXPECT_TRUE(winograd_close(blocked_to_nhwc(gx.to_host(), n, ihw, c.in_channels, c.in_block),
+                                 conv_backward_ref(c, n, x, w2, r).dx))
+          << "dx after new weights";
     }
   }
 }

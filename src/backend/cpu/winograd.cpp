@@ -43,12 +43,12 @@ namespace {
 // then pairs +x, -x (Note [Paired points] in winograd_kernels.hpp).
 constexpr double kPoints[] = {0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 3.0, -3.0};
 
-// Tiles per chunk of images (at least): the per-point GEMMs have this many rows. Fewer rows
-// and sgemm's fixed costs show; more and the chunk's transformed tiles leave the L2 cache
-// (lenet's conv2 on an AVX2 machine, forward + backward: 32 rows 34.7 ms, 48 rows 31.6,
-// 96 rows 32.8, 192 rows 43.6, 1024 rows 45.9; resnet20's stage-3 shape likewise best at
-// 48 to 96 rows).
-constexpr int kChunkRows = 64;
+// Tiles per chunk of images (at least): the per-point GEMMs have this many rows. With fewer,
+// each GEMM's fixed costs show; with more, the chunk's transformed tiles leave the L2 cache
+// before the next stage reads them. conv_bench on an AVX2 machine, lenet's conv2 as a ratio
+// to oneDNN's direct kernels (two runs each): 16 rows 1.79x 1.79x, 32 rows 1.97x 1.99x,
+// 64 rows 1.88x 1.82x, 128 rows 1.76x 1.81x; resnet20's shapes within noise of each other.
+constexpr int kChunkRows = 32;
 
 }  // namespace
 
@@ -240,8 +240,12 @@ class WinogradConv2d final : public Conv2dOp {
   }
 
   // u[p][ci][co] = (G w[co][ci] Gt)[p], with co innermost so that the loops vectorise: w is
-  // first transposed to [ci][k][l][co].
+  // first transposed to [ci][k][l][co]. Backward usually sees the weights forward transformed
+  // (the optimizer steps after it): a comparison with the copy kept then skips the work.
   void transform_filter(const float* w) {
+    const size_t count = size_t(geo_.cout) * geo_.cin * geo_.r * geo_.r;
+    if (u_of_.size() == count && std::memcmp(u_of_.data(), w, count * sizeof(float)) == 0) return;
+    u_of_.assign(w, w + count);
     const int a = geo_.alpha, r = geo_.r, cin = geo_.cin, cout = geo_.cout;
     const float* gm = mat_.g.data();
     float* wt = wt_.data();
@@ -335,6 +339,7 @@ class WinogradConv2d final : public Conv2dOp {
   // their transpose, filter gradients, the transposed filter, and the filter transforms'
   // partial products.
   std::vector<float> v_, m_, u_, ut_, du_, wt_, tmp_;
+  std::vector<float> u_of_;  // the weights u_ was transformed from
 };
 
 }  // namespace
