@@ -29,21 +29,25 @@ class Conv2dLayer final : public WeightedLayer<Conv2dOp> {
     out_ = Shape{cfg_.out_h(), cfg_.out_w(), cfg_.out_channels};
     op_ = backend.conv2d(cfg_);
     const int64_t k2 = static_cast<int64_t>(cfg_.kernel) * cfg_.kernel;
-    declare(Shape{cfg_.out_channels, cfg_.in_channels, cfg_.kernel, cfg_.kernel},
-            cfg_.out_channels, fan_out_init_ ? Init::kNormalFanOut : Init::kUniformFanIn,
-            cfg_.in_channels * k2, cfg_.out_channels * k2);
+    declare(Shape{cfg_.out_channels, cfg_.in_channels, cfg_.kernel, cfg_.kernel}, cfg_.out_channels,
+            fan_out_init_ ? Init::kNormalFanOut : Init::kUniformFanIn, cfg_.in_channels * k2,
+            cfg_.out_channels * k2);
     return out_;
   }
 
   std::string describe() const override {
     return name_ + ": conv " + std::to_string(cfg_.kernel) + "x" + std::to_string(cfg_.kernel) +
            "/" + std::to_string(cfg_.stride) + " pad " + std::to_string(cfg_.padding) + ", " +
-           in_.str() + " -> " + out_.str();
+           in_.str() + " -> " + out_.str() + " (" + op_->algorithm() +
+           (relu_fused_ ? ", + relu)" : ")");
   }
+
+  bool fuse_relu() override { return relu_fused_ = op_->fuse_relu(); }
 
  private:
   Conv2dConfig cfg_;
   bool fan_out_init_;
+  bool relu_fused_ = false;
 };
 
 class BatchNorm2dLayer final : public Layer {

@@ -14,6 +14,9 @@ Shape Sequence::setup(Backend& backend, const Shape& in) {
     max_numel_ = std::max(max_numel_, s.numel());
   }
   acts_.resize(layers_.size());
+  fused_.assign(layers_.size(), 0);
+  for (size_t i = 1; i < layers_.size(); ++i)
+    fused_[i] = layers_[i]->is_relu() && layers_[i - 1]->fuse_relu();
   return s;
 }
 
@@ -25,8 +28,12 @@ const Tensor& Sequence::forward(const Tensor& x, bool training) {
   const int64_t n = x.shape()[0];
   const Tensor* in = &x;
   for (size_t i = 0; i < layers_.size(); ++i) {
-    ensure_tensor(acts_[i], batch_shape(n, layers_[i]->out_shape()), *backend_);
-    layers_[i]->forward(*in, acts_[i], training);
+    if (fused_[i]) {  // the previous layer's output is already rectified
+      acts_[i] = Tensor::wrap(in->raw(), in->shape(), in->dtype(), in->device());
+    } else {
+      ensure_tensor(acts_[i], batch_shape(n, layers_[i]->out_shape()), *backend_);
+      layers_[i]->forward(*in, acts_[i], training);
+    }
     in = &acts_[i];
   }
   return *in;

@@ -27,6 +27,7 @@ class Sequence {
  private:
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<Tensor> acts_;  // acts_[i]: output of layer i
+  std::vector<char> fused_;   // fused_[i]: layer i is a ReLU that layer i - 1 applies (Note [Fused ReLU])
   // Note [Ping-pong gradients]: the gradient flowing between layers only lives for one layer's
   // backward, so two buffers of the largest activation serve the whole chain.
   Tensor grad_buf_[2];

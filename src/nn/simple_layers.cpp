@@ -22,6 +22,7 @@ class ReluLayer final : public Layer {
     if (dx) backend_->relu_backward(y.numel(), y.data<float>(), dy.data<float>(), dx->data<float>());
   }
   std::string describe() const override { return name_ + ": relu, " + in_.str(); }
+  bool is_relu() const override { return true; }
 };
 
 class PoolLayer final : public Layer {

@@ -29,13 +29,13 @@ TEST(ModelTest, ArenaIsReverseLayerOrderAndContiguous) {
     offset += e.count;
   }
   EXPECT_EQ(offset, m->param_count());
-  const std::vector<std::string> expected{"fc2.bias",   "fc2.weight",   "fc1.bias",
-                                          "fc1.weight", "conv2.bias",   "conv2.weight",
+  const std::vector<std::string> expected{"fc2.bias",   "fc2.weight",  "fc1.bias",
+                                          "fc1.weight", "conv2.bias",  "conv2.weight",
                                           "conv1.bias", "conv1.weight"};
   EXPECT_EQ(names, expected);
   // conv 32 -> pool -> conv 64 -> pool -> fc 128 -> fc 10, counted by hand.
-  EXPECT_EQ(m->param_count(), (32 * 25 + 32) + (64 * 32 * 25 + 64) + (3136 * 128 + 128) +
-                                  (128 * 10 + 10));
+  EXPECT_EQ(m->param_count(),
+            (32 * 25 + 32) + (64 * 32 * 25 + 64) + (3136 * 128 + 128) + (128 * 10 + 10));
   EXPECT_EQ(m->params().back().shape, Shape({32, 1, 5, 5}));  // OIHW, as torch
 }
 
@@ -120,6 +120,42 @@ TEST(ModelTest, AccumulateAddsGradients) {
   float largest = 0;
   for (float v : full) largest = std::max(largest, std::abs(v));
   EXPECT_LE(test::max_rel_error(acc, full, largest), 1e-5);
+}
+
+// Note [Fused ReLU]: on the CPU lenet's two convolutions (single-channel and Winograd) apply
+// the ReLUs that follow them, and the model's output and gradients stay those of separate
+// layers: the same model on oneDNN's direct kernels, which fuse nothing, agrees to rounding.
+TEST(ModelTest, LenetFusesItsConvolutionsReluPairs) {
+  auto fused_be = cpu();
+  BackendOptions o;
+  o.threads = 1;
+  o.conv_algorithm = ConvAlgorithm::kDirect;
+  auto plain_be = make_backend(o);
+  auto fused = make_model("lenet", *fused_be, Shape{28, 28, 1}, 10);
+  auto plain = make_model("lenet", *plain_be, Shape{28, 28, 1}, 10);
+  const std::string summary = fused->summary();
+  EXPECT_NE(summary.find("(single-channel direct, + relu)"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("(winograd F(4x4,5x5), + relu)"), std::string::npos) << summary;
+  EXPECT_EQ(plain->summary().find("+ relu"), std::string::npos) << plain->summary();
+  fused->init_parameters(4);
+  plain->init_parameters(4);
+  const int n = 3;
+  auto xs = test::random_vector(n * 28 * 28, 6);
+  std::vector<int32_t> ys{1, 7, 3};
+  auto grads = [&](Backend& be, Model& m) {
+    Tensor x = Tensor::wrap(xs.data(), Shape{n, 28, 28, 1}, DType::kF32);
+    const Tensor& logits = m.forward(x, true);
+    auto loss = be.softmax_cross_entropy(10);
+    Tensor dl = Tensor::empty(Shape{n, 10}, DType::kF32);
+    loss->forward(n, logits.data<float>(), ys.data());
+    loss->backward(n, ys.data(), dl.data<float>(), 1.0f);
+    m.backward(dl, false);
+    return std::vector<float>(m.grad_data(), m.grad_data() + m.param_count());
+  };
+  const auto a = grads(*fused_be, *fused), b = grads(*plain_be, *plain);
+  float largest = 0;
+  for (float v : b) largest = std::max(largest, std::abs(v));
+  EXPECT_LE(test::max_rel_error(a, b, largest), 1e-4);
 }
 
 // A single process learns a small separable problem: lenet on images whose class is the

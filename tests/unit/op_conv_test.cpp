@@ -527,6 +527,58 @@ TEST(ConvOpSingleChannel, MatchesTheNaiveLoopInEveryLayout) {
   }
 }
 
+// Note [Fused ReLU]: the Winograd and single-channel ops rectify their output when asked (and
+// then only), and their backward still takes the gradient of the convolution's own output;
+// oneDNN's direct op declines.
+TEST(ConvOpFusedRelu, RectifiesTheOutputWhereTheOpCan) {
+  BackendOptions o;
+  o.threads = 1;
+  auto backend = make_backend(o);
+  const int b = backend->activation_block();
+  uint64_t seed = 2000;
+  for (ConvCase cc : {ConvCase{2, 32, 16, 9, 9, 5, 1, 2, true},    // Winograd
+                      ConvCase{2, 1, 16, 9, 7, 5, 1, 2, true}}) {  // single channel
+    Conv2dConfig c = cc.config();
+    c.in_block = block_for(c.in_channels, b);
+    c.out_block = block_for(c.out_channels, b);
+    auto op = backend->conv2d(c);
+    SCOPED_TRACE(cc.str() + ": " + op->algorithm());
+    const int n = cc.n;
+    const int64_t ihw = int64_t{c.in_h} * c.in_w, ohw = int64_t{c.out_h()} * c.out_w();
+    const size_t nx = size_t(n * ihw * c.in_channels), ny = size_t(n * ohw * c.out_channels);
+    const size_t nw = size_t(c.out_channels) * c.in_channels * c.kernel * c.kernel;
+    const auto x = random_vector(nx, ++seed), w = random_vector(nw, ++seed, -0.5f, 0.5f),
+               bias = random_vector(c.out_channels, ++seed), r = random_vector(ny, ++seed);
+    DeviceBuffer x_(backend.get(), nhwc_to_blocked(x, n, ihw, c.in_channels, c.in_block)),
+        w_(backend.get(), w), b_(backend.get(), bias), y_(backend.get(), ny),
+        dy_(backend.get(), nhwc_to_blocked(r, n, ohw, c.out_channels, c.out_block)),
+        gx(backend.get(), nx), gw(backend.get(), nw), gb(backend.get(), size_t(c.out_channels));
+    std::vector<double> want = conv_forward_ref(c, n, x, w, bias);
+    op->forward(n, x_.data(), w_.data(), b_.data(), y_.data());
+    EXPECT_TRUE(
+        winograd_close(blocked_to_nhwc(y_.to_host(), n, ohw, c.out_channels, c.out_block), want))
+        << "not rectified before fuse_relu";
+    ASSERT_TRUE(op->fuse_relu());
+    op->forward(n, x_.data(), w_.data(), b_.data(), y_.data());
+    size_t negatives = 0;
+    for (double& v : want) {
+      negatives += v < 0;
+      v = std::max(v, 0.0);
+    }
+    ASSERT_GT(negatives, ny / 4) << "the case must have outputs to rectify";
+    EXPECT_TRUE(
+        winograd_close(blocked_to_nhwc(y_.to_host(), n, ohw, c.out_channels, c.out_block), want))
+        << "rectified";
+    op->backward(n, x_.data(), w_.data(), dy_.data(), c.in_channels > 1 ? gx.data() : nullptr,
+                 gw.data(), gb.data(), false);
+    const ConvGrads ref = conv_backward_ref(c, n, x, w, r);
+    EXPECT_TRUE(winograd_close(gw.to_host(), ref.dw)) << "dw of the convolution's own output";
+  }
+  const auto direct = backend->conv2d(ConvCase{2, 8, 8, 6, 6, 3, 2, 1, true}.config());
+  EXPECT_EQ(direct->algorithm(), "direct");
+  EXPECT_FALSE(direct->fuse_relu());
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, ConvOpTest, ::testing::ValuesIn(test_devices()),
                          device_param_name);
 

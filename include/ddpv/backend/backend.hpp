@@ -41,8 +41,12 @@ struct Conv2dConfig {
   bool bias = false;
   int in_block = 0, out_block = 0;  // layouts of x and y (Note [Blocked activations])
   // 0 when the kernel does not fit (integer division would truncate -1/2 up to 0).
-  int out_h() const { return in_h + 2 * padding < kernel ? 0 : (in_h + 2 * padding - kernel) / stride + 1; }
-  int out_w() const { return in_w + 2 * padding < kernel ? 0 : (in_w + 2 * padding - kernel) / stride + 1; }
+  int out_h() const {
+    return in_h + 2 * padding < kernel ? 0 : (in_h + 2 * padding - kernel) / stride + 1;
+  }
+  int out_w() const {
+    return in_w + 2 * padding < kernel ? 0 : (in_w + 2 * padding - kernel) / stride + 1;
+  }
 };
 
 struct BatchNormConfig {
@@ -58,8 +62,16 @@ struct Pool2dConfig {
   int channels = 0, in_h = 0, in_w = 0;
   int kernel = 2, stride = 2, padding = 0;  // ignored for kGlobalAvg
   int block = 0;                            // layout of x and y (Note [Blocked activations])
-  int out_h() const { return kind == PoolKind::kGlobalAvg ? 1 : in_h + 2 * padding < kernel ? 0 : (in_h + 2 * padding - kernel) / stride + 1; }
-  int out_w() const { return kind == PoolKind::kGlobalAvg ? 1 : in_w + 2 * padding < kernel ? 0 : (in_w + 2 * padding - kernel) / stride + 1; }
+  int out_h() const {
+    return kind == PoolKind::kGlobalAvg  ? 1
+           : in_h + 2 * padding < kernel ? 0
+                                         : (in_h + 2 * padding - kernel) / stride + 1;
+  }
+  int out_w() const {
+    return kind == PoolKind::kGlobalAvg  ? 1
+           : in_w + 2 * padding < kernel ? 0
+                                         : (in_w + 2 * padding - kernel) / stride + 1;
+  }
 };
 
 struct LinearConfig {
@@ -82,6 +94,10 @@ class Conv2dOp {
                         float* dw, float* db, bool accumulate) = 0;
   // How the op computes, for logs and tests: "direct", "winograd F(4x4,5x5)", ...
   virtual std::string algorithm() const { return "direct"; }
+  // Note [Fused ReLU]: asks forward to write max(0, y) (NaN kept, -0 as +0: the ReLU op's
+  // rule) where it can do so for free; true if it will. Backward is unchanged: dy is still the
+  // gradient of the convolution's own output (the ReLU's backward has masked it).
+  virtual bool fuse_relu() { return false; }
 };
 
 class BatchNormOp {
@@ -89,8 +105,8 @@ class BatchNormOp {
   virtual ~BatchNormOp() = default;
   // Training: normalise with the batch statistics, keep them for backward, and update the
   // running statistics (unbiased variance, as PyTorch). x, y: (N, H, W, C); others: (C).
-  virtual void forward_train(int n, const float* x, const float* gamma, const float* beta,
-                             float* y, float* running_mean, float* running_var) = 0;
+  virtual void forward_train(int n, const float* x, const float* gamma, const float* beta, float* y,
+                             float* running_mean, float* running_var) = 0;
   virtual void forward_infer(int n, const float* x, const float* gamma, const float* beta,
                              const float* running_mean, const float* running_var, float* y) = 0;
   // Backward of the last forward_train. dx: (N, H, W, C); dgamma, dbeta: (C).
@@ -243,8 +259,8 @@ class Backend {
   // once; momentum may be null only when cfg.momentum == 0):
   //   g = grad_scale * grad + wd * p   (wd = 0 outside decayed spans)
   //   m = momentum * m + g;  d = nesterov ? g + momentum * m : m;  p -= lr * d
-  virtual void sgd_update(const SgdConfig& cfg, const std::vector<ParamSpan>& spans,
-                          int64_t count, float* param, const float* grad, float* momentum) = 0;
+  virtual void sgd_update(const SgdConfig& cfg, const std::vector<ParamSpan>& spans, int64_t count,
+                          float* param, const float* grad, float* momentum) = 0;
 };
 
 // The registry: the one place that knows which backends were compiled in.

@@ -54,6 +54,12 @@ class Layer {
 
   virtual std::string describe() const;  // "conv1: conv 3x3/1 pad 1, (32, 32, 3) -> (32, 32, 16)"
 
+  // Note [Fused ReLU]: a layer followed by a ReLU may apply it in its own forward, for free;
+  // the sequence then gives the ReLU's output the same memory, and the ReLU's backward (which
+  // reads only that output) runs as before. fuse_relu() is true if this layer now does so.
+  virtual bool fuse_relu() { return false; }
+  virtual bool is_relu() const { return false; }
+
  protected:
   // Throws ddpv::Error naming the layer and both shapes when x is not (N, in_shape...).
   void check_input(const Tensor& x) const;

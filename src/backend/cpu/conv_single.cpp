@@ -31,6 +31,7 @@ inline void store8(float* p, v8 v) { std::memcpy(p, &v, sizeof v); }
 
 struct Geometry {
   int h, w, oh, ow, k, s, p, cout, block;  // block: the output layout's (cout for NHWC)
+  bool relu;                               // forward writes max(0, y) (Note [Fused ReLU])
   int64_t base(int64_t n, int c) const {   // channel c (a multiple of 8) of image n in y
     return ((n * (cout / block) + c / block) * oh * ow) * block + c % block;
   }
@@ -66,7 +67,10 @@ DDPV_INLINE void forward_run(const Geometry& g, const float* xp, const float* wg
       for (int j = 0; j < B; ++j) acc[j] += xr[j * g.s + kx] * wv;
     }
   }
-  for (int j = 0; j < B; ++j) store8(yrow + int64_t{ox + j} * g.block, acc[j]);
+  for (int j = 0; j < B; ++j) {
+    if (g.relu) acc[j] = acc[j] <= 0.0f ? v8{} : acc[j];
+    store8(yrow + int64_t{ox + j} * g.block, acc[j]);
+  }
 }
 
 // y for channels [8 grp, 8 grp + 8) of image i, from the padded image xp; wv: [cout/8][k][k][8]
@@ -175,13 +179,18 @@ class SingleChannelConv2d final : public Conv2dOp {
   SingleChannelConv2d(const CpuContext& ctx, const Conv2dConfig& cfg) : ctx_(ctx), cfg_(cfg) {
     g_ = {cfg.in_h,    cfg.in_w,         cfg.out_h(),
           cfg.out_w(), cfg.kernel,       cfg.stride,
-          cfg.padding, cfg.out_channels, cfg.out_block > 0 ? cfg.out_block : cfg.out_channels};
+          cfg.padding, cfg.out_channels, cfg.out_block > 0 ? cfg.out_block : cfg.out_channels,
+          false};
     const size_t kk = size_t(cfg.kernel) * cfg.kernel;
     wv_.resize(kk * cfg.out_channels);
     db_.resize(size_t(cfg.out_channels));
   }
 
   std::string algorithm() const override { return "single-channel direct"; }
+  bool fuse_relu() override {
+    g_.relu = true;
+    return true;
+  }
 
   void forward(int n, const float* x, const float* w, const float* b, float* y) override {
     check_batch("conv2d forward", n);

@@ -155,6 +155,11 @@ class WinogradConv2d final : public Conv2dOp {
     chunk_ = (kChunkRows + g.tiles() - 1) / g.tiles();
   }
 
+  bool fuse_relu() override {
+    geo_.relu = true;
+    return true;
+  }
+
   std::string algorithm() const override {
     const std::string m = std::to_string(geo_.m), r = std::to_string(geo_.r);
     return "winograd F(" + m + "x" + m + "," + r + "x" + r + ")";

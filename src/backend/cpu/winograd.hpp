@@ -34,6 +34,7 @@ struct WinogradGeometry {
   int in_h = 0, in_w = 0, out_h = 0, out_w = 0;
   int tiles_h = 0, tiles_w = 0;
   int cin = 0, cout = 0, in_block = 0, out_block = 0;
+  bool relu = false;  // output writes max(0, y) (Note [Fused ReLU])
   int tiles() const { return tiles_h * tiles_w; }
 };
 

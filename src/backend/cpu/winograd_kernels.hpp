@@ -187,8 +187,11 @@ void output(const WinogradGeometry& g, const float* at_in, const float* mm, cons
           for (int j = 0; j < A; ++j) at_1d<A, M>(at.v, &d[0][j], A, &s[0][j], A);  // columns
           for (int i = 0; i < M; ++i) at_1d<A, M>(at.v, &s[i][0], 1, &t[i][0], 1);  // rows
           for (int i = 0; i < M && ty * M + i < h; ++i)
-            for (int j = 0; j < M && tx * M + j < w; ++j)
-              store8(dst + (int64_t{ty * M + i} * w + tx * M + j) * step, t[i][j] + b);
+            for (int j = 0; j < M && tx * M + j < w; ++j) {
+              v8 out = t[i][j] + b;
+              if (g.relu) out = out <= 0.0f ? v8{} : out;
+              store8(dst + (int64_t{ty * M + i} * w + tx * M + j) * step, out);
+            }
         }
 }
 
