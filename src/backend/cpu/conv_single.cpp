@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.hpp"
+#include "backend/cpu/vec8.hpp"
 #include "backend/cpu/winograd.hpp"
 
 namespace ddpv::cpu {
@@ -19,15 +20,6 @@ namespace {
 // output vector is the sum over the window of an input scalar times a vector of 8 weights, and
 // the weight gradient sums dy vectors times input scalars, one row of dy (in L1) at a time.
 // Backward-data, which a first layer never needs, is a plain loop.
-
-using v8 = float __attribute__((vector_size(32)));
-
-inline v8 load8(const float* p) {
-  v8 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store8(float* p, v8 v) { std::memcpy(p, &v, sizeof v); }
 
 struct Geometry {
   int h, w, oh, ow, k, s, p, cout, block;  // block: the output layout's (cout for NHWC)
@@ -193,8 +185,7 @@ class SingleChannelConv2d final : public Conv2dOp {
   }
 
   void forward(int n, const float* x, const float* w, const float* b, float* y) override {
-    check_batch("conv2d forward", n);
-    DDPV_CHECK(!cfg_.bias || b != nullptr, "conv2d forward: the layer has a bias but b is null");
+    check_conv_forward(cfg_, n, b);
     ctx_.bind_threads();
     // w (Cout, 1, K, K) -> [Cout / 8][K][K][8]
     const int kk = g_.k * g_.k;
@@ -207,9 +198,7 @@ class SingleChannelConv2d final : public Conv2dOp {
 
   void backward(int n, const float* x, const float* w, const float* dy, float* dx, float* dw,
                 float* db, bool accumulate) override {
-    check_batch("conv2d backward", n);
-    DDPV_CHECK(dw != nullptr, "conv2d backward: dw must not be null");
-    DDPV_CHECK(!cfg_.bias || db != nullptr, "conv2d backward: the layer has a bias but db is null");
+    check_conv_backward(cfg_, n, dw, db);
     ctx_.bind_threads();
     const int kk = g_.k * g_.k;
     pad(n, x);

@@ -26,4 +26,15 @@ inline void check_batch(const char* op, int n) {
   DDPV_CHECK(n > 0, op, ": batch size must be positive, got ", n);
 }
 
+// The checks every Conv2dOp entry point makes of its arguments.
+inline void check_conv_forward(const Conv2dConfig& c, int n, const float* b) {
+  check_batch("conv2d forward", n);
+  DDPV_CHECK(!c.bias || b != nullptr, "conv2d forward: the layer has a bias but b is null");
+}
+inline void check_conv_backward(const Conv2dConfig& c, int n, const float* dw, const float* db) {
+  check_batch("conv2d backward", n);
+  DDPV_CHECK(dw != nullptr, "conv2d backward: dw must not be null");
+  DDPV_CHECK(!c.bias || db != nullptr, "conv2d backward: the layer has a bias but db is null");
+}
+
 }  // namespace ddpv::cpu

@@ -166,8 +166,7 @@ class WinogradConv2d final : public Conv2dOp {
   }
 
   void forward(int n, const float* x, const float* w, const float* b, float* y) override {
-    check_batch("conv2d forward", n);
-    DDPV_CHECK(!cfg_.bias || b != nullptr, "conv2d forward: the layer has a bias but b is null");
+    check_conv_forward(cfg_, n, b);
     ctx_.bind_threads();
     reserve(n);
     transform_filter(w);
@@ -188,9 +187,7 @@ class WinogradConv2d final : public Conv2dOp {
 
   void backward(int n, const float* x, const float* w, const float* dy, float* dx, float* dw,
                 float* db, bool accumulate) override {
-    check_batch("conv2d backward", n);
-    DDPV_CHECK(dw != nullptr, "conv2d backward: dw must not be null");
-    DDPV_CHECK(!cfg_.bias || db != nullptr, "conv2d backward: the layer has a bias but db is null");
+    check_conv_backward(cfg_, n, dw, db);
     ctx_.bind_threads();
     reserve(n);
     const auto& g = geo_;

@@ -3,8 +3,8 @@
 // winograd_generic.cpp, inside the namespace DDPV_WINOGRAD_ISA, which each compiles with its
 // own instruction set; both then expose their instances through winograd_kernels_<isa>().
 //
-// Every loop works on 8 channels at once (a GCC vector of 8 floats: one AVX register, or two
-// SSE ones), which are contiguous in NHWC and in blocks of 8 or 16, so one loop serves every
+// Every loop works on 8 channels at once (a v8 of vec8.hpp: one AVX register, or two SSE
+// ones), which are contiguous in NHWC and in blocks of 8 or 16, so one loop serves every
 // layout. The transform matrices are broadcast into vectors once per call.
 #ifndef DDPV_WINOGRAD_ISA
 #error "define DDPV_WINOGRAD_ISA (the namespace of this instruction set) before including"
@@ -12,22 +12,12 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 
+#include "backend/cpu/vec8.hpp"
 #include "backend/cpu/winograd.hpp"
 
 namespace ddpv::cpu::DDPV_WINOGRAD_ISA {
 namespace {
-
-using v8 = float __attribute__((vector_size(32)));
-
-inline v8 load8(const float* p) {
-  v8 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store8(float* p, v8 v) { std::memcpy(p, &v, sizeof v); }
-inline v8 splat(float s) { return v8{s, s, s, s, s, s, s, s}; }
 
 // Below this many floats of work a loop runs on one thread.
 constexpr int64_t kParallelMin = 1 << 16;
@@ -133,131 +123,128 @@ inline void bt_adjoint_1d(const v8* bt, const v8* in, int is, v8* out, int os) {
   }
 }
 
+// Runs f(n, ty, tx, grp) for every tile (ty, tx) of images [n0, n1) and every group of 8 of
+// `channels`, tile by tile (each tile's groups together: their values share cache lines in
+// the transformed buffers), images split between threads (input_adjoint's tiles overlap
+// within an image, never across images).
+template <class F>
+inline void for_each_tile(const WinogradGeometry& g, int channels, int n0, int n1, int64_t work,
+                          const F& f) {
+#pragma omp parallel for schedule(static) if (work >= kParallelMin)
+  for (int n = n0; n < n1; ++n)
+    for (int ty = 0; ty < g.tiles_h; ++ty)
+      for (int tx = 0; tx < g.tiles_w; ++tx)
+        for (int grp = 0; grp < channels / 8; ++grp) f(n, ty, tx, grp);
+}
+
 template <int A, int M>
 void input(const WinogradGeometry& g, const float* bt_in, const float* x, int n0, int n1,
            float* v) {
   const Splat<A> bt(bt_in, A * A);
-  const int groups = g.cin / 8, tw = g.tiles_w, th = g.tiles_h, h = g.in_h, w = g.in_w;
+  const int tw = g.tiles_w, h = g.in_h, w = g.in_w;
   const int64_t rows = int64_t{n1 - n0} * g.tiles(), ts = winograd_tile_stride(A, g.cin);
-#pragma omp parallel for schedule(static) if (rows * ts >= kParallelMin)
-  for (int n = n0; n < n1; ++n)
-    for (int ty = 0; ty < th; ++ty)
-      for (int tx = 0; tx < tw; ++tx)
-        for (int grp = 0; grp < groups; ++grp) {
-          const float* src = x + group_base(n, grp * 8, g.cin, g.in_block, h, w);
-          float* dst = v + int64_t{n - n0} * g.tiles() * ts + grp * 8;
-          const int64_t step = g.in_block;
-          const int y0 = ty * M - g.pad, x0 = tx * M - g.pad;
-          v8 d[A][A];
-          for (int i = 0; i < A; ++i)
-            for (int j = 0; j < A; ++j) {
-              const int yy = y0 + i, xx = x0 + j;
-              const bool inside = yy >= 0 && yy < h && xx >= 0 && xx < w;
-              d[i][j] = inside ? load8(src + (int64_t{yy} * w + xx) * step) : v8{};
-            }
-          v8 s[A][A], t[A][A];
-          for (int j = 0; j < A; ++j) bt_1d<A>(bt.v, &d[0][j], A, &s[0][j], A);  // columns
-          for (int i = 0; i < A; ++i) bt_1d<A>(bt.v, &s[i][0], 1, &t[i][0], 1);  // rows
-          float* out = dst + (int64_t{ty} * tw + tx) * ts;
-          for (int i = 0; i < A; ++i)
-            for (int j = 0; j < A; ++j) store8(out + (i * A + j) * g.cin, t[i][j]);
-        }
+  for_each_tile(g, g.cin, n0, n1, rows * ts, [&](int n, int ty, int tx, int grp) {
+    const float* src = x + group_base(n, grp * 8, g.cin, g.in_block, h, w);
+    float* dst = v + int64_t{n - n0} * g.tiles() * ts + grp * 8;
+    const int64_t step = g.in_block;
+    const int y0 = ty * M - g.pad, x0 = tx * M - g.pad;
+    v8 d[A][A];
+    for (int i = 0; i < A; ++i)
+      for (int j = 0; j < A; ++j) {
+        const int yy = y0 + i, xx = x0 + j;
+        const bool inside = yy >= 0 && yy < h && xx >= 0 && xx < w;
+        d[i][j] = inside ? load8(src + (int64_t{yy} * w + xx) * step) : v8{};
+      }
+    v8 s[A][A], t[A][A];
+    for (int j = 0; j < A; ++j) bt_1d<A>(bt.v, &d[0][j], A, &s[0][j], A);  // columns
+    for (int i = 0; i < A; ++i) bt_1d<A>(bt.v, &s[i][0], 1, &t[i][0], 1);  // rows
+    float* out = dst + (int64_t{ty} * tw + tx) * ts;
+    for (int i = 0; i < A; ++i)
+      for (int j = 0; j < A; ++j) store8(out + (i * A + j) * g.cin, t[i][j]);
+  });
 }
 
 template <int A, int M>
 void output(const WinogradGeometry& g, const float* at_in, const float* mm, const float* bias,
             int n0, int n1, float* y) {
   const Splat<A> at(at_in, M * A);
-  const int groups = g.cout / 8, tw = g.tiles_w, th = g.tiles_h, h = g.out_h, w = g.out_w;
+  const int tw = g.tiles_w, h = g.out_h, w = g.out_w;
   const int64_t rows = int64_t{n1 - n0} * g.tiles(), ts = winograd_tile_stride(A, g.cout);
-#pragma omp parallel for schedule(static) if (rows * ts >= kParallelMin)
-  for (int n = n0; n < n1; ++n)
-    for (int ty = 0; ty < th; ++ty)
-      for (int tx = 0; tx < tw; ++tx)
-        for (int grp = 0; grp < groups; ++grp) {
-          float* dst = y + group_base(n, grp * 8, g.cout, g.out_block, h, w);
-          const float* src = mm + int64_t{n - n0} * g.tiles() * ts + grp * 8;
-          const v8 b = bias != nullptr ? load8(bias + grp * 8) : v8{};
-          const int64_t step = g.out_block;
-          const float* in = src + (int64_t{ty} * tw + tx) * ts;
-          v8 d[A][A];
-          for (int i = 0; i < A; ++i)
-            for (int j = 0; j < A; ++j) d[i][j] = load8(in + (i * A + j) * g.cout);
-          v8 s[M][A], t[M][M];
-          for (int j = 0; j < A; ++j) at_1d<A, M>(at.v, &d[0][j], A, &s[0][j], A);  // columns
-          for (int i = 0; i < M; ++i) at_1d<A, M>(at.v, &s[i][0], 1, &t[i][0], 1);  // rows
-          for (int i = 0; i < M && ty * M + i < h; ++i)
-            for (int j = 0; j < M && tx * M + j < w; ++j) {
-              v8 out = t[i][j] + b;
-              if (g.relu) out = out <= 0.0f ? v8{} : out;
-              store8(dst + (int64_t{ty * M + i} * w + tx * M + j) * step, out);
-            }
-        }
+  for_each_tile(g, g.cout, n0, n1, rows * ts, [&](int n, int ty, int tx, int grp) {
+    float* dst = y + group_base(n, grp * 8, g.cout, g.out_block, h, w);
+    const float* src = mm + int64_t{n - n0} * g.tiles() * ts + grp * 8;
+    const v8 b = bias != nullptr ? load8(bias + grp * 8) : v8{};
+    const int64_t step = g.out_block;
+    const float* in = src + (int64_t{ty} * tw + tx) * ts;
+    v8 d[A][A];
+    for (int i = 0; i < A; ++i)
+      for (int j = 0; j < A; ++j) d[i][j] = load8(in + (i * A + j) * g.cout);
+    v8 s[M][A], t[M][M];
+    for (int j = 0; j < A; ++j) at_1d<A, M>(at.v, &d[0][j], A, &s[0][j], A);  // columns
+    for (int i = 0; i < M; ++i) at_1d<A, M>(at.v, &s[i][0], 1, &t[i][0], 1);  // rows
+    for (int i = 0; i < M && ty * M + i < h; ++i)
+      for (int j = 0; j < M && tx * M + j < w; ++j) {
+        v8 out = t[i][j] + b;
+        if (g.relu) out = out <= 0.0f ? v8{} : out;
+        store8(dst + (int64_t{ty * M + i} * w + tx * M + j) * step, out);
+      }
+  });
 }
 
 template <int A, int M>
 void output_adjoint(const WinogradGeometry& g, const float* at_in, const float* dy, int n0, int n1,
                     float* dm) {
   const Splat<A> at(at_in, M * A);
-  const int groups = g.cout / 8, tw = g.tiles_w, th = g.tiles_h, h = g.out_h, w = g.out_w;
+  const int tw = g.tiles_w, h = g.out_h, w = g.out_w;
   const int64_t rows = int64_t{n1 - n0} * g.tiles(), ts = winograd_tile_stride(A, g.cout);
-#pragma omp parallel for schedule(static) if (rows * ts >= kParallelMin)
-  for (int n = n0; n < n1; ++n)
-    for (int ty = 0; ty < th; ++ty)
-      for (int tx = 0; tx < tw; ++tx)
-        for (int grp = 0; grp < groups; ++grp) {
-          const float* src = dy + group_base(n, grp * 8, g.cout, g.out_block, h, w);
-          float* dst = dm + int64_t{n - n0} * g.tiles() * ts + grp * 8;
-          const int64_t step = g.out_block;
-          v8 d[M][M];
-          for (int i = 0; i < M; ++i)
-            for (int j = 0; j < M; ++j) {
-              const int yy = ty * M + i, xx = tx * M + j;
-              d[i][j] = yy < h && xx < w ? load8(src + (int64_t{yy} * w + xx) * step) : v8{};
-            }
-          v8 s[A][M], t[A][A];  // at^T d, then (at^T d) at
-          for (int j = 0; j < M; ++j) at_adjoint_1d<A, M>(at.v, &d[0][j], M, &s[0][j], M);
-          for (int k = 0; k < A; ++k) at_adjoint_1d<A, M>(at.v, &s[k][0], 1, &t[k][0], 1);
-          float* out = dst + (int64_t{ty} * tw + tx) * ts;
-          for (int k = 0; k < A; ++k)
-            for (int l = 0; l < A; ++l) store8(out + (k * A + l) * g.cout, t[k][l]);
-        }
+  for_each_tile(g, g.cout, n0, n1, rows * ts, [&](int n, int ty, int tx, int grp) {
+    const float* src = dy + group_base(n, grp * 8, g.cout, g.out_block, h, w);
+    float* dst = dm + int64_t{n - n0} * g.tiles() * ts + grp * 8;
+    const int64_t step = g.out_block;
+    v8 d[M][M];
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < M; ++j) {
+        const int yy = ty * M + i, xx = tx * M + j;
+        d[i][j] = yy < h && xx < w ? load8(src + (int64_t{yy} * w + xx) * step) : v8{};
+      }
+    v8 s[A][M], t[A][A];  // at^T d, then (at^T d) at
+    for (int j = 0; j < M; ++j) at_adjoint_1d<A, M>(at.v, &d[0][j], M, &s[0][j], M);
+    for (int k = 0; k < A; ++k) at_adjoint_1d<A, M>(at.v, &s[k][0], 1, &t[k][0], 1);
+    float* out = dst + (int64_t{ty} * tw + tx) * ts;
+    for (int k = 0; k < A; ++k)
+      for (int l = 0; l < A; ++l) store8(out + (k * A + l) * g.cout, t[k][l]);
+  });
 }
 
 template <int A, int M>
 void input_adjoint(const WinogradGeometry& g, const float* bt_in, const float* dv, int n0, int n1,
                    float* dx) {
   const Splat<A> bt(bt_in, A * A);
-  const int groups = g.cin / 8, tw = g.tiles_w, th = g.tiles_h, h = g.in_h, w = g.in_w;
+  const int tw = g.tiles_w, h = g.in_h, w = g.in_w;
   const int64_t rows = int64_t{n1 - n0} * g.tiles(), ts = winograd_tile_stride(A, g.cin);
-  // Tiles of one image overlap, so each image runs on one thread, in order.
-#pragma omp parallel for schedule(static) if (rows * ts >= kParallelMin)
-  for (int n = n0; n < n1; ++n)
-    for (int ty = 0; ty < th; ++ty)
-      for (int tx = 0; tx < tw; ++tx)
-        for (int grp = 0; grp < groups; ++grp) {
-          float* dst = dx + group_base(n, grp * 8, g.cin, g.in_block, h, w);
-          const float* src = dv + int64_t{n - n0} * g.tiles() * ts + grp * 8;
-          const int64_t step = g.in_block;
-          const float* in = src + (int64_t{ty} * tw + tx) * ts;
-          v8 d[A][A];
-          for (int i = 0; i < A; ++i)
-            for (int j = 0; j < A; ++j) d[i][j] = load8(in + (i * A + j) * g.cin);
-          v8 s[A][A], t[A][A];  // bt^T d, then (bt^T d) bt
-          for (int j = 0; j < A; ++j) bt_adjoint_1d<A>(bt.v, &d[0][j], A, &s[0][j], A);
-          for (int k = 0; k < A; ++k) bt_adjoint_1d<A>(bt.v, &s[k][0], 1, &t[k][0], 1);
-          const int y0 = ty * M - g.pad, x0 = tx * M - g.pad;
-          for (int k = 0; k < A; ++k) {
-            const int yy = y0 + k;
-            if (yy < 0 || yy >= h) continue;
-            for (int l = 0; l < A; ++l) {
-              const int xx = x0 + l;
-              if (xx < 0 || xx >= w) continue;
-              float* p = dst + (int64_t{yy} * w + xx) * step;
-              store8(p, load8(p) + t[k][l]);
-            }
-          }
-        }
+  for_each_tile(g, g.cin, n0, n1, rows * ts, [&](int n, int ty, int tx, int grp) {
+    float* dst = dx + group_base(n, grp * 8, g.cin, g.in_block, h, w);
+    const float* src = dv + int64_t{n - n0} * g.tiles() * ts + grp * 8;
+    const int64_t step = g.in_block;
+    const float* in = src + (int64_t{ty} * tw + tx) * ts;
+    v8 d[A][A];
+    for (int i = 0; i < A; ++i)
+      for (int j = 0; j < A; ++j) d[i][j] = load8(in + (i * A + j) * g.cin);
+    v8 s[A][A], t[A][A];  // bt^T d, then (bt^T d) bt
+    for (int j = 0; j < A; ++j) bt_adjoint_1d<A>(bt.v, &d[0][j], A, &s[0][j], A);
+    for (int k = 0; k < A; ++k) bt_adjoint_1d<A>(bt.v, &s[k][0], 1, &t[k][0], 1);
+    const int y0 = ty * M - g.pad, x0 = tx * M - g.pad;
+    for (int k = 0; k < A; ++k) {
+      const int yy = y0 + k;
+      if (yy < 0 || yy >= h) continue;
+      for (int l = 0; l < A; ++l) {
+        const int xx = x0 + l;
+        if (xx < 0 || xx >= w) continue;
+        float* p = dst + (int64_t{yy} * w + xx) * step;
+        store8(p, load8(p) + t[k][l]);
+      }
+    }
+  });
 }
 
 void bias_grad(const WinogradGeometry& g, const float* dy, int n0, int n1, float* db) {
