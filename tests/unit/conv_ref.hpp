@@ -1,0 +1,91 @@
+// Conv2dOp test helpers shared by op_conv_test.cpp and op_conv_winograd_test.cpp: a case's
+// shape, and the naive double-precision loops every algorithm is checked against.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "op_check.hpp"
+
+namespace ddpv::test {
+
+struct ConvCase {
+  int n, cin, cout, h, w, k, s, p;
+  bool bias;
+  Conv2dConfig config() const {
+    Conv2dConfig c;
+    c.in_channels = cin;
+    c.out_channels = cout;
+    c.in_h = h;
+    c.in_w = w;
+    c.kernel = k;
+    c.stride = s;
+    c.padding = p;
+    c.bias = bias;
+    return c;
+  }
+  std::string str() const {
+    return "n=" + std::to_string(n) + " cin=" + std::to_string(cin) +
+           " cout=" + std::to_string(cout) + " " + std::to_string(h) + "x" + std::to_string(w) +
+           " k=" + std::to_string(k) + " s=" + std::to_string(s) + " p=" + std::to_string(p) +
+           (bias ? " bias" : " no-bias");
+  }
+};
+
+// y (N, OH, OW, Cout) = b + sum over (ci, kh, kw) of x (N, H, W, Cin) * w (Cout, Cin, K, K)
+inline std::vector<double> conv_forward_ref(const Conv2dConfig& c, int n,
+                                            const std::vector<float>& x,
+                                            const std::vector<float>& w,
+                                            const std::vector<float>& b) {
+  const int oh = c.out_h(), ow = c.out_w(), k = c.kernel;
+  std::vector<double> y(static_cast<size_t>(n) * oh * ow * c.out_channels);
+  for (int i = 0; i < n; ++i)
+    for (int yo = 0; yo < oh; ++yo)
+      for (int xo = 0; xo < ow; ++xo)
+        for (int co = 0; co < c.out_channels; ++co) {
+          double s = c.bias ? b[co] : 0.0;
+          for (int kh = 0; kh < k; ++kh)
+            for (int kw = 0; kw < k; ++kw) {
+              const int yi = yo * c.stride - c.padding + kh, xi = xo * c.stride - c.padding + kw;
+              if (yi < 0 || yi >= c.in_h || xi < 0 || xi >= c.in_w) continue;
+              for (int ci = 0; ci < c.in_channels; ++ci)
+                s +=
+                    static_cast<double>(x[((i * c.in_h + yi) * c.in_w + xi) * c.in_channels + ci]) *
+                    w[((co * c.in_channels + ci) * k + kh) * k + kw];
+            }
+          y[((i * oh + yo) * ow + xo) * c.out_channels + co] = s;
+        }
+  return y;
+}
+
+struct ConvGrads {
+  std::vector<double> dx, dw, db;
+};
+
+inline ConvGrads conv_backward_ref(const Conv2dConfig& c, int n, const std::vector<float>& x,
+                                   const std::vector<float>& w, const std::vector<float>& dy) {
+  const int oh = c.out_h(), ow = c.out_w(), k = c.kernel;
+  ConvGrads g{std::vector<double>(x.size()), std::vector<double>(w.size()),
+              std::vector<double>(c.out_channels)};
+  for (int i = 0; i < n; ++i)
+    for (int yo = 0; yo < oh; ++yo)
+      for (int xo = 0; xo < ow; ++xo)
+        for (int co = 0; co < c.out_channels; ++co) {
+          const double d = dy[((i * oh + yo) * ow + xo) * c.out_channels + co];
+          g.db[co] += d;
+          for (int kh = 0; kh < k; ++kh)
+            for (int kw = 0; kw < k; ++kw) {
+              const int yi = yo * c.stride - c.padding + kh, xi = xo * c.stride - c.padding + kw;
+              if (yi < 0 || yi >= c.in_h || xi < 0 || xi >= c.in_w) continue;
+              for (int ci = 0; ci < c.in_channels; ++ci) {
+                const size_t xi_idx = ((i * c.in_h + yi) * c.in_w + xi) * c.in_channels + ci;
+                const size_t wi_idx = ((co * c.in_channels + ci) * k + kh) * k + kw;
+                g.dx[xi_idx] += d * w[wi_idx];
+                g.dw[wi_idx] += d * x[xi_idx];
+              }
+            }
+        }
+  return g;
+}
+
+}  // namespace ddpv::test

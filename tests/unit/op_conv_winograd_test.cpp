@@ -1,0 +1,326 @@
+// The CPU backend's own convolutions against the naive loops: Winograd (Note [Winograd
+// convolution]), the single-channel stem (Note [Single-channel convolution]) and the fused
+// ReLU (Note [Fused ReLU]).
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "backend/cpu/winograd.hpp"
+#include "conv_ref.hpp"
+#include "op_check.hpp"
+
+namespace ddpv::test {
+namespace {
+
+// ---- Winograd convolution on the CPU (Note [Winograd convolution]) --------------------------
+
+// The matrices compute a 1-D correlation y_i = sum_k g_k d_{i+k} exactly (in double), and to
+// float rounding when narrowed to the float matrices the loops use.
+TEST(WinogradMatrices, ComputeTheOneDimensionalCorrelation) {
+  uint64_t seed = 900;
+  for (auto [m, r] : {std::pair{2, 3}, {4, 3}, {2, 5}, {4, 5}}) {
+    SCOPED_TRACE("F(" + std::to_string(m) + "," + std::to_string(r) + ")");
+    const cpu::WinogradMatricesF64 f = cpu::winograd_matrices_f64(m, r);
+    const cpu::WinogradMatrices w = cpu::winograd_matrices(m, r);
+    ASSERT_EQ(f.alpha, m + r - 1);
+    const int a = f.alpha;
+    const auto d = random_vector(a, ++seed), g = random_vector(r, ++seed);
+    for (int i = 0; i < m; ++i) {
+      double naive = 0, exact = 0, narrowed = 0;
+      for (int k = 0; k < r; ++k) naive += double(g[k]) * d[i + k];
+      for (int p = 0; p < a; ++p) {
+        double gg = 0, dd = 0, ggf = 0, ddf = 0;
+        for (int k = 0; k < r; ++k) gg += f.g[p * r + k] * g[k], ggf += w.g[p * r + k] * g[k];
+        for (int j = 0; j < a; ++j) dd += f.bt[p * a + j] * d[j], ddf += w.bt[p * a + j] * d[j];
+        exact += f.at[i * a + p] * gg * dd;
+        narrowed += w.at[i * a + p] * ggf * ddf;
+      }
+      EXPECT_NEAR(exact, naive, 1e-12) << "output " << i;
+      EXPECT_NEAR(narrowed, naive, 1e-5) << "output " << i;
+    }
+  }
+}
+
+// A CPU backend whose stride-1 3x3 and 5x5 convolutions all take the Winograd path.
+std::unique_ptr<Backend> winograd_backend(int block, int threads) {
+  BackendOptions o;
+  o.threads = threads;
+  o.activation_block = block;
+  o.conv_algorithm = ConvAlgorithm::kWinograd;
+  return make_backend(o);
+}
+
+double max_abs(const std::vector<double>& v) {
+  double m = 0;
+  for (double x : v) m = std::max(m, std::abs(x));
+  return m;
+}
+
+// Winograd's rounding follows the magnitude of a whole tile: entries are compared to 1e-5 of
+// the largest (a wrong transform or a lost tile misses by far more than that).
+::testing::AssertionResult winograd_close(const std::vector<float>& got,
+                                          const std::vector<double>& want) {
+  return all_close(got, want, 1e-4, 1e-5 * std::max(1.0, max_abs(want)));
+}
+
+// Forward, backward-data, backward-weights and bias against the naive loops, in NHWC and in
+// blocks of 8 and 16: both tile sizes, 3x3 and 5x5, padding from 0 to more than the kernel
+// half, sizes that do not fill the last tile, outputs too small for a 4x4 tile, and batches
+// that take several chunks; on one thread and on three (the loops split images, channel
+// groups and points between threads). Then backward again, accumulating: every gradient
+// doubles.
+TEST(ConvOpWinograd, MatchesTheNaiveLoopInEveryLayout) {
+  uint64_t seed = 1000;
+  for (auto [block, threads] : {std::pair{0, 1}, {8, 1}, {16, 1}, {8, 3}, {0, 3}}) {
+    auto backend = winograd_backend(block, threads);
+    for (ConvCase cc :
+         {ConvCase{2, 16, 16, 7, 9, 3, 1, 1, true}, ConvCase{3, 32, 16, 14, 14, 5, 1, 2, false},
+          ConvCase{2, 16, 32, 5, 6, 5, 1, 0, true},  // 1x2 output: F(2x2, 5x5)
+          ConvCase{1, 16, 16, 11, 4, 3, 1, 2, true},
+          ConvCase{13, 16, 16, 8, 8, 3, 1, 1, true}}) {  // 2 chunks of images
+      Conv2dConfig c = cc.config();
+      c.in_block = block_for(c.in_channels, block);
+      c.out_block = block_for(c.out_channels, block);
+      auto op = backend->conv2d(c);
+      SCOPED_TRACE(cc.str() + " block " + std::to_string(block) + ", " + std::to_string(threads) +
+                   " threads: " + op->algorithm());
+      EXPECT_NE(op->algorithm().find("winograd"), std::string::npos);
+      const int n = cc.n;
+      const int64_t ihw = int64_t{c.in_h} * c.in_w, ohw = int64_t{c.out_h()} * c.out_w();
+      const size_t nx = static_cast<size_t>(n * ihw * c.in_channels);
+      const size_t ny = static_cast<size_t>(n * ohw * c.out_channels);
+      const size_t nw = static_cast<size_t>(c.out_channels) * c.in_channels * c.kernel * c.kernel;
+      const auto x = random_vector(nx, ++seed), w = random_vector(nw, ++seed, -0.5f, 0.5f),
+                 b = random_vector(c.out_channels, ++seed), r = random_vector(ny, ++seed);
+      DeviceBuffer x_(backend.get(), nhwc_to_blocked(x, n, ihw, c.in_channels, c.in_block)),
+          w_(backend.get(), w), b_(backend.get(), b),
+          dy_(backend.get(), nhwc_to_blocked(r, n, ohw, c.out_channels, c.out_block)),
+          y_(backend.get(), std::vector<float>(ny, 1e30f)),
+          gx(backend.get(), std::vector<float>(nx, 1e30f)),
+          gw(backend.get(), std::vector<float>(nw, 1e30f)),
+          gb(backend.get(), std::vector<float>(size_t(c.out_channels), 1e30f));
+      const float* bias = c.bias ? b_.data() : nullptr;
+      float* db = c.bias ? gb.data() : nullptr;
+      op->forward(n, x_.data(), w_.data(), bias, y_.data());
+      EXPECT_TRUE(winograd_close(blocked_to_nhwc(y_.to_host(), n, ohw, c.out_channels, c.out_block),
+                                 conv_forward_ref(c, n, x, w, b)))
+          << "y";
+      op->backward(n, x_.data(), w_.data(), dy_.data(), gx.data(), gw.data(), db, false);
+      ConvGrads ref = conv_backward_ref(c, n, x, w, r);
+      EXPECT_TRUE(
+          winograd_close(blocked_to_nhwc(gx.to_host(), n, ihw, c.in_channels, c.in_block), ref.dx))
+          << "dx";
+      EXPECT_TRUE(winograd_close(gw.to_host(), ref.dw)) << "dw";
+      if (c.bias) {
+        EXPECT_TRUE(winograd_close(gb.to_host(), ref.db)) << "db";
+      }
+      op->backward(n, x_.data(), w_.data(), dy_.data(), nullptr, gw.data(), db, true);
+      for (double& v : ref.dw) v *= 2;
+      for (double& v : ref.db) v *= 2;
+      EXPECT_TRUE(winograd_close(gw.to_host(), ref.dw)) << "dw accumulated";
+      if (c.bias) {
+        EXPECT_TRUE(winograd_close(gb.to_host(), ref.db)) << "db accumulated";
+      }
+      // New weights in the same buffer (as after an optimizer step) are seen: the op keeps
+      // transformed weights between calls.
+      const auto w2 = random_vector(nw, ++seed, -0.5f, 0.5f);
+      upload(w_, w2);
+      op->forward(n, x_.data(), w_.data(), bias, y_.data());
+      EXPECT_TRUE(winograd_close(blocked_to_nhwc(y_.to_host(), n, ohw, c.out_channels, c.out_block),
+                                 conv_forward_ref(c, n, x, w2, b)))
+          << "y after new weights";
+      op->backward(n, x_.data(), w_.data(), dy_.data(), gx.data(), gw.data(), db, false);
+      EXPECT_TRUE(winograd_close(blocked_to_nhwc(gx.to_host(), n, ihw, c.in_channels, c.in_block),
+                                 conv_backward_ref(c, n, x, w2, r).dx))
+          << "dx after new weights";
+    }
+  }
+}
+
+// The loops built for the baseline instruction set (what a CPU without AVX2 + FMA runs) give
+// what the AVX2 ones give, transform by transform, on a geometry with partial tiles.
+TEST(ConvOpWinograd, BaselineLoopsMatchTheAvx2Ones) {
+  const cpu::WinogradKernels* avx2 = cpu::winograd_kernels_avx2(4, 5);
+  if (avx2 == nullptr || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+    GTEST_SKIP() << "no AVX2 + FMA here: only the baseline loops exist";
+  for (auto [m, r] : {std::pair{2, 3}, {4, 3}, {2, 5}, {4, 5}}) {
+    SCOPED_TRACE("F(" + std::to_string(m) + "," + std::to_string(r) + ")");
+    const cpu::WinogradKernels* fast = cpu::winograd_kernels_avx2(m, r);
+    const cpu::WinogradKernels* base = cpu::winograd_kernels_generic(m, r);
+    ASSERT_NE(fast, nullptr);
+    ASSERT_NE(base, nullptr);
+    const cpu::WinogradMatrices mat = cpu::winograd_matrices(m, r);
+    cpu::WinogradGeometry g;
+    g.m = m;
+    g.r = r;
+    g.alpha = mat.alpha;
+    g.pad = r / 2;
+    g.in_h = 9;
+    g.in_w = 7;
+    g.out_h = g.in_h + 2 * g.pad - r + 1;
+    g.out_w = g.in_w + 2 * g.pad - r + 1;
+    g.tiles_h = (g.out_h + m - 1) / m;
+    g.tiles_w = (g.out_w + m - 1) / m;
+    g.cin = g.in_block = 16;
+    g.cout = 24;
+    g.out_block = 8;
+    const int n = 2;
+    const int64_t rows = int64_t{n} * g.tiles();
+    const auto x = random_vector(size_t(n) * g.in_h * g.in_w * g.cin, 31);
+    const auto dy = random_vector(size_t(n) * g.out_h * g.out_w * g.cout, 32);
+    const auto t_in = random_vector(size_t(rows * cpu::winograd_tile_stride(g.alpha, g.cin)), 33);
+    const auto t_out = random_vector(size_t(rows * cpu::winograd_tile_stride(g.alpha, g.cout)), 34);
+    const auto bias = random_vector(size_t(g.cout), 35);
+    auto run = [&](const cpu::WinogradKernels* k) {
+      std::vector<float> v(t_in.size()), y(dy.size()), dm(t_out.size()), dx(x.size(), 0.5f),
+          db(bias);
+      k->input(g, mat.bt.data(), x.data(), 0, n, v.data());
+      k->output(g, mat.at.data(), t_out.data(), bias.data(), 0, n, y.data());
+      k->output_adjoint(g, mat.at.data(), dy.data(), 0, n, dm.data());
+      k->input_adjoint(g, mat.bt.data(), t_in.data(), 0, n, dx.data());
+      k->bias_grad(g, dy.data(), 0, n, db.data());
+      return std::vector<std::vector<float>>{v, y, dm, dx, db};
+    };
+    const auto want = run(fast), got = run(base);
+    const char* names[] = {"input", "output", "output_adjoint", "input_adjoint", "bias_grad"};
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_TRUE(winograd_close(got[i], to_double(want[i]))) << names[i];
+  }
+}
+
+// kAuto takes Winograd where it was measured faster (5x5, 16 channels or more, stride 1) and
+// the direct kernels elsewhere; kDirect never takes it.
+TEST(ConvOpWinograd, AutoPicksPerLayer) {
+  BackendOptions o;
+  o.threads = 1;
+  auto autob = make_backend(o);
+  o.conv_algorithm = ConvAlgorithm::kDirect;
+  auto direct = make_backend(o);
+  const int b = autob->activation_block();
+  auto conv = [&](Backend& be, ConvCase cc) {
+    Conv2dConfig c = cc.config();
+    c.in_block = block_for(c.in_channels, b);
+    c.out_block = block_for(c.out_channels, b);
+    return be.conv2d(c)->algorithm();
+  };
+  const ConvCase lenet_conv2{64, 32, 64, 14, 14, 5, 1, 2, true};
+  EXPECT_EQ(conv(*autob, lenet_conv2), "winograd F(4x4,5x5)");
+  EXPECT_EQ(conv(*direct, lenet_conv2), "direct");
+  EXPECT_EQ(conv(*autob, ConvCase{64, 1, 32, 28, 28, 5, 1, 2, true}), "single-channel direct");
+  EXPECT_EQ(conv(*direct, ConvCase{64, 1, 32, 28, 28, 5, 1, 2, true}), "direct");
+  EXPECT_EQ(conv(*autob, ConvCase{64, 32, 64, 14, 14, 5, 2, 2, true}), "direct");  // stride 2
+  EXPECT_EQ(conv(*autob, ConvCase{64, 32, 32, 16, 16, 1, 1, 0, true}), "direct");  // 1x1
+}
+
+// Note [Single-channel convolution]: a stem from one channel runs on our own loops (unless the
+// direct algorithm is asked for), in every output layout, with stride, padding and partial
+// windows, against the naive loops, on one thread and on three; then backward again,
+// accumulating.
+TEST(ConvOpSingleChannel, MatchesTheNaiveLoopInEveryLayout) {
+  uint64_t seed = 1500;
+  for (auto [block, threads] : {std::pair{0, 1}, {8, 1}, {16, 1}, {8, 3}}) {
+    BackendOptions o;
+    o.threads = threads;
+    o.activation_block = block;
+    auto backend = make_backend(o);
+    for (ConvCase cc :
+         {ConvCase{3, 1, 32, 28, 28, 5, 1, 2, true}, ConvCase{2, 1, 16, 7, 9, 3, 2, 1, false},
+          ConvCase{2, 1, 8, 3, 3, 5, 1, 1, true},  // windows mostly padding
+          ConvCase{1, 1, 16, 6, 5, 3, 1, 0, true}}) {
+      Conv2dConfig c = cc.config();
+      c.out_block = block_for(c.out_channels, block);
+      auto op = backend->conv2d(c);
+      SCOPED_TRACE(cc.str() + " block " + std::to_string(block) + ", " + std::to_string(threads) +
+                   " threads");
+      EXPECT_EQ(op->algorithm(), "single-channel direct");
+      const int n = cc.n;
+      const int64_t ihw = int64_t{c.in_h} * c.in_w, ohw = int64_t{c.out_h()} * c.out_w();
+      const size_t nx = static_cast<size_t>(n * ihw), ny = size_t(n * ohw * c.out_channels);
+      const size_t nw = static_cast<size_t>(c.out_channels) * c.kernel * c.kernel;
+      const auto x = random_vector(nx, ++seed), w = random_vector(nw, ++seed, -0.5f, 0.5f),
+                 b = random_vector(c.out_channels, ++seed), r = random_vector(ny, ++seed);
+      DeviceBuffer x_(backend.get(), x), w_(backend.get(), w), b_(backend.get(), b),
+          dy_(backend.get(), nhwc_to_blocked(r, n, ohw, c.out_channels, c.out_block)),
+          y_(backend.get(), std::vector<float>(ny, 1e30f)),
+          gx(backend.get(), std::vector<float>(nx, 1e30f)),
+          gw(backend.get(), std::vector<float>(nw, 1e30f)),
+          gb(backend.get(), std::vector<float>(size_t(c.out_channels), 1e30f));
+      const float* bias = c.bias ? b_.data() : nullptr;
+      float* db = c.bias ? gb.data() : nullptr;
+      op->forward(n, x_.data(), w_.data(), bias, y_.data());
+      EXPECT_TRUE(all_close(blocked_to_nhwc(y_.to_host(), n, ohw, c.out_channels, c.out_block),
+                            conv_forward_ref(c, n, x, w, b), 1e-5, 1e-5))
+          << "y";
+      op->backward(n, x_.data(), w_.data(), dy_.data(), gx.data(), gw.data(), db, false);
+      ConvGrads ref = conv_backward_ref(c, n, x, w, r);
+      EXPECT_TRUE(all_close(gx.to_host(), ref.dx, 1e-5, 1e-5)) << "dx";
+      EXPECT_TRUE(all_close(gw.to_host(), ref.dw, 1e-5, 1e-5)) << "dw";
+      if (c.bias) {
+        EXPECT_TRUE(all_close(gb.to_host(), ref.db, 1e-5, 1e-5)) << "db";
+      }
+      op->backward(n, x_.data(), w_.data(), dy_.data(), nullptr, gw.data(), db, true);
+      for (double& v : ref.dw) v *= 2;
+      for (double& v : ref.db) v *= 2;
+      EXPECT_TRUE(all_close(gw.to_host(), ref.dw, 1e-5, 1e-5)) << "dw accumulated";
+      if (c.bias) {
+        EXPECT_TRUE(all_close(gb.to_host(), ref.db, 1e-5, 1e-5)) << "db accumulated";
+      }
+    }
+  }
+}
+
+// Note [Fused ReLU]: the Winograd and single-channel ops rectify their output when asked (and
+// then only), and their backward still takes the gradient of the convolution's own output;
+// oneDNN's direct op declines.
+TEST(ConvOpFusedRelu, RectifiesTheOutputWhereTheOpCan) {
+  BackendOptions o;
+  o.threads = 1;
+  auto backend = make_backend(o);
+  const int b = backend->activation_block();
+  uint64_t seed = 2000;
+  for (ConvCase cc : {ConvCase{2, 32, 16, 9, 9, 5, 1, 2, true},    // Winograd
+                      ConvCase{2, 1, 16, 9, 7, 5, 1, 2, true}}) {  // single channel
+    Conv2dConfig c = cc.config();
+    c.in_block = block_for(c.in_channels, b);
+    c.out_block = block_for(c.out_channels, b);
+    auto op = backend->conv2d(c);
+    SCOPED_TRACE(cc.str() + ": " + op->algorithm());
+    const int n = cc.n;
+    const int64_t ihw = int64_t{c.in_h} * c.in_w, ohw = int64_t{c.out_h()} * c.out_w();
+    const size_t nx = size_t(n * ihw * c.in_channels), ny = size_t(n * ohw * c.out_channels);
+    const size_t nw = size_t(c.out_channels) * c.in_channels * c.kernel * c.kernel;
+    const auto x = random_vector(nx, ++seed), w = random_vector(nw, ++seed, -0.5f, 0.5f),
+               bias = random_vector(c.out_channels, ++seed), r = random_vector(ny, ++seed);
+    DeviceBuffer x_(backend.get(), nhwc_to_blocked(x, n, ihw, c.in_channels, c.in_block)),
+        w_(backend.get(), w), b_(backend.get(), bias), y_(backend.get(), ny),
+        dy_(backend.get(), nhwc_to_blocked(r, n, ohw, c.out_channels, c.out_block)),
+        gx(backend.get(), nx), gw(backend.get(), nw), gb(backend.get(), size_t(c.out_channels));
+    std::vector<double> want = conv_forward_ref(c, n, x, w, bias);
+    op->forward(n, x_.data(), w_.data(), b_.data(), y_.data());
+    EXPECT_TRUE(
+        winograd_close(blocked_to_nhwc(y_.to_host(), n, ohw, c.out_channels, c.out_block), want))
+        << "not rectified before fuse_relu";
+    ASSERT_TRUE(op->fuse_relu());
+    op->forward(n, x_.data(), w_.data(), b_.data(), y_.data());
+    size_t negatives = 0;
+    for (double& v : want) {
+      negatives += v < 0;
+      v = std::max(v, 0.0);
+    }
+    ASSERT_GT(negatives, ny / 4) << "the case must have outputs to rectify";
+    EXPECT_TRUE(
+        winograd_close(blocked_to_nhwc(y_.to_host(), n, ohw, c.out_channels, c.out_block), want))
+        << "rectified";
+    op->backward(n, x_.data(), w_.data(), dy_.data(), c.in_channels > 1 ? gx.data() : nullptr,
+                 gw.data(), gb.data(), false);
+    const ConvGrads ref = conv_backward_ref(c, n, x, w, r);
+    EXPECT_TRUE(winograd_close(gw.to_host(), ref.dw)) << "dw of the convolution's own output";
+  }
+  const auto direct = backend->conv2d(ConvCase{2, 8, 8, 6, 6, 3, 2, 1, true}.config());
+  EXPECT_EQ(direct->algorithm(), "direct");
+  EXPECT_FALSE(direct->fuse_relu());
+}
+
+}  // namespace
+}  // namespace ddpv::test
