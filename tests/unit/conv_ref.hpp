@@ -88,4 +88,56 @@ inline ConvGrads conv_backward_ref(const Conv2dConfig& c, int n, const std::vect
   return g;
 }
 
+// One convolution's data for a test in the activation layouts: random inputs on the host in
+// NHWC (x, w, b, and r, the dy of the probe loss sum(y * r)) and their device copies in the
+// config's layouts; outputs and gradients start as junk (1e30), so an entry an op skips shows.
+struct ConvProblem {
+  Conv2dConfig c;
+  int n;
+  int64_t ihw, ohw;  // input and output positions per image
+  std::vector<float> x, w, b, r;
+  DeviceBuffer x_, w_, b_, dy_, y_, gx, gw, gb;
+
+  // Draws x, w, b and r from seeds after `seed`, advancing it by four.
+  ConvProblem(Backend* be, const Conv2dConfig& cfg, int batch, uint64_t& seed)
+      : c(cfg),
+        n(batch),
+        ihw(int64_t{cfg.in_h} * cfg.in_w),
+        ohw(int64_t{cfg.out_h()} * cfg.out_w()),
+        x(random_vector(static_cast<size_t>(n * ihw * c.in_channels), ++seed)),
+        w(random_vector(static_cast<size_t>(c.out_channels) * c.in_channels * c.kernel * c.kernel,
+                        ++seed, -0.5f, 0.5f)),
+        b(random_vector(static_cast<size_t>(c.out_channels), ++seed)),
+        r(random_vector(static_cast<size_t>(n * ohw * c.out_channels), ++seed)),
+        x_(be, nhwc_to_blocked(x, n, ihw, c.in_channels, c.in_block)),
+        w_(be, w),
+        b_(be, b),
+        dy_(be, nhwc_to_blocked(r, n, ohw, c.out_channels, c.out_block)),
+        y_(be, junk(r.size())),
+        gx(be, junk(x.size())),
+        gw(be, junk(w.size())),
+        gb(be, junk(b.size())) {}
+
+  void forward(Conv2dOp& op) {
+    op.forward(n, x_.data(), w_.data(), c.bias ? b_.data() : nullptr, y_.data());
+  }
+  void backward(Conv2dOp& op, bool with_dx, bool accumulate) {
+    op.backward(n, x_.data(), w_.data(), dy_.data(), with_dx ? gx.data() : nullptr, gw.data(),
+                c.bias ? gb.data() : nullptr, accumulate);
+  }
+  // The op's y and dx, back in NHWC.
+  std::vector<float> y() const {
+    return blocked_to_nhwc(y_.to_host(), n, ohw, c.out_channels, c.out_block);
+  }
+  std::vector<float> dx() const {
+    return blocked_to_nhwc(gx.to_host(), n, ihw, c.in_channels, c.in_block);
+  }
+  // The naive loops' y and gradients for these data (weights `w`, or others).
+  std::vector<double> y_ref() const { return conv_forward_ref(c, n, x, w, b); }
+  ConvGrads grads_ref() const { return conv_backward_ref(c, n, x, w, r); }
+
+ private:
+  static std::vector<float> junk(size_t count) { return std::vector<float>(count, 1e30f); }
+};
+
 }  // namespace ddpv::test

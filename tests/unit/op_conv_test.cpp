@@ -81,31 +81,16 @@ TEST(ConvOpBlocked, EveryLayoutPairMatchesTheNaiveLoop) {
       c.out_block = block_for(c.out_channels, block);
       SCOPED_TRACE(cc.str() + " blocks " + std::to_string(c.in_block) + " -> " +
                    std::to_string(c.out_block));
-      const int n = cc.n;
-      const int64_t ihw = int64_t{c.in_h} * c.in_w, ohw = int64_t{c.out_h()} * c.out_w();
-      const size_t nx = static_cast<size_t>(n * ihw * c.in_channels);
-      const size_t ny = static_cast<size_t>(n * ohw * c.out_channels);
-      const size_t nw = static_cast<size_t>(c.out_channels) * c.in_channels * c.kernel * c.kernel;
-      const auto x = random_vector(nx, ++seed), w = random_vector(nw, ++seed, -0.5f, 0.5f),
-                 b = random_vector(c.out_channels, ++seed), r = random_vector(ny, ++seed);
+      ConvProblem p(backend.get(), c, cc.n, seed);
       auto op = backend->conv2d(c);
-      DeviceBuffer x_(backend.get(), nhwc_to_blocked(x, n, ihw, c.in_channels, c.in_block)),
-          w_(backend.get(), w), b_(backend.get(), b),
-          dy_(backend.get(), nhwc_to_blocked(r, n, ohw, c.out_channels, c.out_block)),
-          y_(backend.get(), ny), gx(backend.get(), nx), gw(backend.get(), nw),
-          gb(backend.get(), static_cast<size_t>(c.out_channels));
-      op->forward(n, x_.data(), w_.data(), c.bias ? b_.data() : nullptr, y_.data());
-      EXPECT_TRUE(all_close(blocked_to_nhwc(y_.to_host(), n, ohw, c.out_channels, c.out_block),
-                            conv_forward_ref(c, n, x, w, b), 1e-5, 1e-5));
-      op->backward(n, x_.data(), w_.data(), dy_.data(), gx.data(), gw.data(),
-                   c.bias ? gb.data() : nullptr, false);
-      const ConvGrads ref = conv_backward_ref(c, n, x, w, r);
-      EXPECT_TRUE(all_close(blocked_to_nhwc(gx.to_host(), n, ihw, c.in_channels, c.in_block),
-                            ref.dx, 1e-5, 1e-5))
-          << "dx";
-      EXPECT_TRUE(all_close(gw.to_host(), ref.dw, 1e-5, 1e-5)) << "dw";
+      p.forward(*op);
+      EXPECT_TRUE(all_close(p.y(), p.y_ref(), 1e-5, 1e-5));
+      p.backward(*op, true, false);
+      const ConvGrads ref = p.grads_ref();
+      EXPECT_TRUE(all_close(p.dx(), ref.dx, 1e-5, 1e-5)) << "dx";
+      EXPECT_TRUE(all_close(p.gw.to_host(), ref.dw, 1e-5, 1e-5)) << "dw";
       if (c.bias) {
-        EXPECT_TRUE(all_close(gb.to_host(), ref.db, 1e-5, 1e-5)) << "db";
+        EXPECT_TRUE(all_close(p.gb.to_host(), ref.db, 1e-5, 1e-5)) << "db";
       }
     }
   }

@@ -86,54 +86,31 @@ TEST(ConvOpWinograd, MatchesTheNaiveLoopInEveryLayout) {
       SCOPED_TRACE(cc.str() + " block " + std::to_string(block) + ", " + std::to_string(threads) +
                    " threads: " + op->algorithm());
       EXPECT_NE(op->algorithm().find("winograd"), std::string::npos);
-      const int n = cc.n;
-      const int64_t ihw = int64_t{c.in_h} * c.in_w, ohw = int64_t{c.out_h()} * c.out_w();
-      const size_t nx = static_cast<size_t>(n * ihw * c.in_channels);
-      const size_t ny = static_cast<size_t>(n * ohw * c.out_channels);
-      const size_t nw = static_cast<size_t>(c.out_channels) * c.in_channels * c.kernel * c.kernel;
-      const auto x = random_vector(nx, ++seed), w = random_vector(nw, ++seed, -0.5f, 0.5f),
-                 b = random_vector(c.out_channels, ++seed), r = random_vector(ny, ++seed);
-      DeviceBuffer x_(backend.get(), nhwc_to_blocked(x, n, ihw, c.in_channels, c.in_block)),
-          w_(backend.get(), w), b_(backend.get(), b),
-          dy_(backend.get(), nhwc_to_blocked(r, n, ohw, c.out_channels, c.out_block)),
-          y_(backend.get(), std::vector<float>(ny, 1e30f)),
-          gx(backend.get(), std::vector<float>(nx, 1e30f)),
-          gw(backend.get(), std::vector<float>(nw, 1e30f)),
-          gb(backend.get(), std::vector<float>(size_t(c.out_channels), 1e30f));
-      const float* bias = c.bias ? b_.data() : nullptr;
-      float* db = c.bias ? gb.data() : nullptr;
-      op->forward(n, x_.data(), w_.data(), bias, y_.data());
-      EXPECT_TRUE(winograd_close(blocked_to_nhwc(y_.to_host(), n, ohw, c.out_channels, c.out_block),
-                                 conv_forward_ref(c, n, x, w, b)))
-          << "y";
-      op->backward(n, x_.data(), w_.data(), dy_.data(), gx.data(), gw.data(), db, false);
-      ConvGrads ref = conv_backward_ref(c, n, x, w, r);
-      EXPECT_TRUE(
-          winograd_close(blocked_to_nhwc(gx.to_host(), n, ihw, c.in_channels, c.in_block), ref.dx))
-          << "dx";
-      EXPECT_TRUE(winograd_close(gw.to_host(), ref.dw)) << "dw";
+      ConvProblem p(backend.get(), c, cc.n, seed);
+      p.forward(*op);
+      EXPECT_TRUE(winograd_close(p.y(), p.y_ref())) << "y";
+      p.backward(*op, true, false);
+      ConvGrads ref = p.grads_ref();
+      EXPECT_TRUE(winograd_close(p.dx(), ref.dx)) << "dx";
+      EXPECT_TRUE(winograd_close(p.gw.to_host(), ref.dw)) << "dw";
       if (c.bias) {
-        EXPECT_TRUE(winograd_close(gb.to_host(), ref.db)) << "db";
+        EXPECT_TRUE(winograd_close(p.gb.to_host(), ref.db)) << "db";
       }
-      op->backward(n, x_.data(), w_.data(), dy_.data(), nullptr, gw.data(), db, true);
+      p.backward(*op, false, true);
       for (double& v : ref.dw) v *= 2;
       for (double& v : ref.db) v *= 2;
-      EXPECT_TRUE(winograd_close(gw.to_host(), ref.dw)) << "dw accumulated";
+      EXPECT_TRUE(winograd_close(p.gw.to_host(), ref.dw)) << "dw accumulated";
       if (c.bias) {
-        EXPECT_TRUE(winograd_close(gb.to_host(), ref.db)) << "db accumulated";
+        EXPECT_TRUE(winograd_close(p.gb.to_host(), ref.db)) << "db accumulated";
       }
       // New weights in the same buffer (as after an optimizer step) are seen: the op keeps
       // transformed weights between calls.
-      const auto w2 = random_vector(nw, ++seed, -0.5f, 0.5f);
-      upload(w_, w2);
-      op->forward(n, x_.data(), w_.data(), bias, y_.data());
-      EXPECT_TRUE(winograd_close(blocked_to_nhwc(y_.to_host(), n, ohw, c.out_channels, c.out_block),
-                                 conv_forward_ref(c, n, x, w2, b)))
-          << "y after new weights";
-      op->backward(n, x_.data(), w_.data(), dy_.data(), gx.data(), gw.data(), db, false);
-      EXPECT_TRUE(winograd_close(blocked_to_nhwc(gx.to_host(), n, ihw, c.in_channels, c.in_block),
-                                 conv_backward_ref(c, n, x, w2, r).dx))
-          << "dx after new weights";
+      p.w = random_vector(p.w.size(), ++seed, -0.5f, 0.5f);
+      upload(p.w_, p.w);
+      p.forward(*op);
+      EXPECT_TRUE(winograd_close(p.y(), p.y_ref())) << "y after new weights";
+      p.backward(*op, true, false);
+      EXPECT_TRUE(winograd_close(p.dx(), p.grads_ref().dx)) << "dx after new weights";
     }
   }
 }
@@ -234,37 +211,22 @@ TEST(ConvOpSingleChannel, MatchesTheNaiveLoopInEveryLayout) {
       SCOPED_TRACE(cc.str() + " block " + std::to_string(block) + ", " + std::to_string(threads) +
                    " threads");
       EXPECT_EQ(op->algorithm(), "single-channel direct");
-      const int n = cc.n;
-      const int64_t ihw = int64_t{c.in_h} * c.in_w, ohw = int64_t{c.out_h()} * c.out_w();
-      const size_t nx = static_cast<size_t>(n * ihw), ny = size_t(n * ohw * c.out_channels);
-      const size_t nw = static_cast<size_t>(c.out_channels) * c.kernel * c.kernel;
-      const auto x = random_vector(nx, ++seed), w = random_vector(nw, ++seed, -0.5f, 0.5f),
-                 b = random_vector(c.out_channels, ++seed), r = random_vector(ny, ++seed);
-      DeviceBuffer x_(backend.get(), x), w_(backend.get(), w), b_(backend.get(), b),
-          dy_(backend.get(), nhwc_to_blocked(r, n, ohw, c.out_channels, c.out_block)),
-          y_(backend.get(), std::vector<float>(ny, 1e30f)),
-          gx(backend.get(), std::vector<float>(nx, 1e30f)),
-          gw(backend.get(), std::vector<float>(nw, 1e30f)),
-          gb(backend.get(), std::vector<float>(size_t(c.out_channels), 1e30f));
-      const float* bias = c.bias ? b_.data() : nullptr;
-      float* db = c.bias ? gb.data() : nullptr;
-      op->forward(n, x_.data(), w_.data(), bias, y_.data());
-      EXPECT_TRUE(all_close(blocked_to_nhwc(y_.to_host(), n, ohw, c.out_channels, c.out_block),
-                            conv_forward_ref(c, n, x, w, b), 1e-5, 1e-5))
-          << "y";
-      op->backward(n, x_.data(), w_.data(), dy_.data(), gx.data(), gw.data(), db, false);
-      ConvGrads ref = conv_backward_ref(c, n, x, w, r);
-      EXPECT_TRUE(all_close(gx.to_host(), ref.dx, 1e-5, 1e-5)) << "dx";
-      EXPECT_TRUE(all_close(gw.to_host(), ref.dw, 1e-5, 1e-5)) << "dw";
+      ConvProblem p(backend.get(), c, cc.n, seed);
+      p.forward(*op);
+      EXPECT_TRUE(all_close(p.y(), p.y_ref(), 1e-5, 1e-5)) << "y";
+      p.backward(*op, true, false);
+      ConvGrads ref = p.grads_ref();
+      EXPECT_TRUE(all_close(p.dx(), ref.dx, 1e-5, 1e-5)) << "dx";
+      EXPECT_TRUE(all_close(p.gw.to_host(), ref.dw, 1e-5, 1e-5)) << "dw";
       if (c.bias) {
-        EXPECT_TRUE(all_close(gb.to_host(), ref.db, 1e-5, 1e-5)) << "db";
+        EXPECT_TRUE(all_close(p.gb.to_host(), ref.db, 1e-5, 1e-5)) << "db";
       }
-      op->backward(n, x_.data(), w_.data(), dy_.data(), nullptr, gw.data(), db, true);
+      p.backward(*op, false, true);
       for (double& v : ref.dw) v *= 2;
       for (double& v : ref.db) v *= 2;
-      EXPECT_TRUE(all_close(gw.to_host(), ref.dw, 1e-5, 1e-5)) << "dw accumulated";
+      EXPECT_TRUE(all_close(p.gw.to_host(), ref.dw, 1e-5, 1e-5)) << "dw accumulated";
       if (c.bias) {
-        EXPECT_TRUE(all_close(gb.to_host(), ref.db, 1e-5, 1e-5)) << "db accumulated";
+        EXPECT_TRUE(all_close(p.gb.to_host(), ref.db, 1e-5, 1e-5)) << "db accumulated";
       }
     }
   }
@@ -286,36 +248,22 @@ TEST(ConvOpFusedRelu, RectifiesTheOutputWhereTheOpCan) {
     c.out_block = block_for(c.out_channels, b);
     auto op = backend->conv2d(c);
     SCOPED_TRACE(cc.str() + ": " + op->algorithm());
-    const int n = cc.n;
-    const int64_t ihw = int64_t{c.in_h} * c.in_w, ohw = int64_t{c.out_h()} * c.out_w();
-    const size_t nx = size_t(n * ihw * c.in_channels), ny = size_t(n * ohw * c.out_channels);
-    const size_t nw = size_t(c.out_channels) * c.in_channels * c.kernel * c.kernel;
-    const auto x = random_vector(nx, ++seed), w = random_vector(nw, ++seed, -0.5f, 0.5f),
-               bias = random_vector(c.out_channels, ++seed), r = random_vector(ny, ++seed);
-    DeviceBuffer x_(backend.get(), nhwc_to_blocked(x, n, ihw, c.in_channels, c.in_block)),
-        w_(backend.get(), w), b_(backend.get(), bias), y_(backend.get(), ny),
-        dy_(backend.get(), nhwc_to_blocked(r, n, ohw, c.out_channels, c.out_block)),
-        gx(backend.get(), nx), gw(backend.get(), nw), gb(backend.get(), size_t(c.out_channels));
-    std::vector<double> want = conv_forward_ref(c, n, x, w, bias);
-    op->forward(n, x_.data(), w_.data(), b_.data(), y_.data());
-    EXPECT_TRUE(
-        winograd_close(blocked_to_nhwc(y_.to_host(), n, ohw, c.out_channels, c.out_block), want))
-        << "not rectified before fuse_relu";
+    ConvProblem p(backend.get(), c, cc.n, seed);
+    std::vector<double> want = p.y_ref();
+    p.forward(*op);
+    EXPECT_TRUE(winograd_close(p.y(), want)) << "not rectified before fuse_relu";
     ASSERT_TRUE(op->fuse_relu());
-    op->forward(n, x_.data(), w_.data(), b_.data(), y_.data());
+    p.forward(*op);
     size_t negatives = 0;
     for (double& v : want) {
       negatives += v < 0;
       v = std::max(v, 0.0);
     }
-    ASSERT_GT(negatives, ny / 4) << "the case must have outputs to rectify";
-    EXPECT_TRUE(
-        winograd_close(blocked_to_nhwc(y_.to_host(), n, ohw, c.out_channels, c.out_block), want))
-        << "rectified";
-    op->backward(n, x_.data(), w_.data(), dy_.data(), c.in_channels > 1 ? gx.data() : nullptr,
-                 gw.data(), gb.data(), false);
-    const ConvGrads ref = conv_backward_ref(c, n, x, w, r);
-    EXPECT_TRUE(winograd_close(gw.to_host(), ref.dw)) << "dw of the convolution's own output";
+    ASSERT_GT(negatives, want.size() / 4) << "the case must have outputs to rectify";
+    EXPECT_TRUE(winograd_close(p.y(), want)) << "rectified";
+    p.backward(*op, c.in_channels > 1, false);
+    EXPECT_TRUE(winograd_close(p.gw.to_host(), p.grads_ref().dw))
+        << "dw of the convolution's own output";
   }
   const auto direct = backend->conv2d(ConvCase{2, 8, 8, 6, 6, 3, 2, 1, true}.config());
   EXPECT_EQ(direct->algorithm(), "direct");
