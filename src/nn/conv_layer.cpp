@@ -99,11 +99,16 @@ class BatchNorm2dLayer final : public Layer {
     report(gamma_, ready);
   }
 
-  std::string describe() const override { return name_ + ": batchnorm, " + in_.str(); }
+  std::string describe() const override {
+    return name_ + ": batchnorm" + (relu_fused_ ? " (+ relu)" : "") + ", " + in_.str();
+  }
+  bool fuse_relu() override { return relu_fused_ = op_->fuse_relu(); }
+  bool fuses_relu_backward() const override { return relu_fused_; }
 
  private:
   std::unique_ptr<BatchNormOp> op_;
   ParamSlot gamma_, beta_, mean_, var_;
+  bool relu_fused_ = false;
 };
 
 }  // namespace

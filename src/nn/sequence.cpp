@@ -17,6 +17,12 @@ Shape Sequence::setup(Backend& backend, const Shape& in) {
   fused_.assign(layers_.size(), 0);
   for (size_t i = 1; i < layers_.size(); ++i)
     fused_[i] = layers_[i]->is_relu() && layers_[i - 1]->fuse_relu();
+  folded_.assign(layers_.size(), 0);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (!layers_[i]->is_relu()) continue;
+    folded_[i] = (fused_[i] && layers_[i - 1]->fuses_relu_backward()) ||
+                 (i + 1 < layers_.size() && layers_[i + 1]->fold_relu_backward());
+  }
   return s;
 }
 
@@ -50,6 +56,12 @@ void Sequence::backward(const Tensor& x, const Tensor& dy, Tensor* dx, bool accu
   Tensor upstream = dy;
   int next = 0;
   for (size_t k = layers_.size(); k-- > 0;) {
+    if (folded_[k]) {  // a neighbour applies this ReLU's backward: the gradient passes through
+      if (k == 0 && dx)
+        backend_->copy(dx->raw(), dx->device(), upstream.raw(), upstream.device(),
+                       upstream.nbytes());
+      continue;
+    }
     const Tensor& in = k == 0 ? x : acts_[k - 1];
     Tensor view;
     Tensor* down = nullptr;

@@ -27,7 +27,11 @@ class Sequence {
  private:
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<Tensor> acts_;  // acts_[i]: output of layer i
-  std::vector<char> fused_;   // fused_[i]: layer i is a ReLU that layer i - 1 applies (Note [Fused ReLU])
+  std::vector<char>
+      fused_;  // fused_[i]: layer i is a ReLU that layer i - 1 applies (Note [Fused ReLU])
+  // folded_[i]: layer i is a ReLU whose backward layer i + 1 (Note [ReLU folded into max
+  // pooling]) or layer i - 1 (Note [BatchNorm + ReLU]) applies
+  std::vector<char> folded_;
   // Note [Ping-pong gradients]: the gradient flowing between layers only lives for one layer's
   // backward, so two buffers of the largest activation serve the whole chain.
   Tensor grad_buf_[2];

@@ -19,7 +19,8 @@ class ReluLayer final : public Layer {
   }
   void backward(const Tensor&, const Tensor& y, const Tensor& dy, Tensor* dx, bool,
                 const GradReadyFn&) override {
-    if (dx) backend_->relu_backward(y.numel(), y.data<float>(), dy.data<float>(), dx->data<float>());
+    if (dx)
+      backend_->relu_backward(y.numel(), y.data<float>(), dy.data<float>(), dx->data<float>());
   }
   std::string describe() const override { return name_ + ": relu, " + in_.str(); }
   bool is_relu() const override { return true; }
@@ -54,16 +55,19 @@ class PoolLayer final : public Layer {
                 const GradReadyFn&) override {
     if (dx) op_->backward(static_cast<int>(x.shape()[0]), dy.data<float>(), dx->data<float>());
   }
+  bool fold_relu_backward() override { return relu_folded_ = op_->fold_relu_backward(); }
   std::string describe() const override {
-    const char* kind = cfg_.kind == PoolKind::kMax ? "maxpool"
+    const char* kind = cfg_.kind == PoolKind::kMax   ? "maxpool"
                        : cfg_.kind == PoolKind::kAvg ? "avgpool"
                                                      : "global avgpool";
-    return name_ + ": " + kind + ", " + in_.str() + " -> " + out_.str();
+    return name_ + ": " + kind + (relu_folded_ ? " (+ relu backward)" : "") + ", " + in_.str() +
+           " -> " + out_.str();
   }
 
  private:
   Pool2dConfig cfg_;
   std::unique_ptr<Pool2dOp> op_;
+  bool relu_folded_ = false;
 };
 
 class FlattenLayer final : public Layer {

@@ -136,7 +136,12 @@ TEST(ModelTest, LenetFusesItsConvolutionsReluPairs) {
   const std::string summary = fused->summary();
   EXPECT_NE(summary.find("(single-channel direct, + relu)"), std::string::npos) << summary;
   EXPECT_NE(summary.find("(winograd F(4x4,5x5), + relu)"), std::string::npos) << summary;
-  EXPECT_EQ(plain->summary().find("+ relu"), std::string::npos) << plain->summary();
+  EXPECT_EQ(plain->summary().find(", + relu"), std::string::npos) << plain->summary();
+  // Note [ReLU folded into max pooling]: both poolings apply their ReLU's backward, in both.
+  for (const std::string& s : {summary, plain->summary()}) {
+    EXPECT_NE(s.find("pool1: maxpool (+ relu backward)"), std::string::npos) << s;
+    EXPECT_NE(s.find("pool2: maxpool (+ relu backward)"), std::string::npos) << s;
+  }
   fused->init_parameters(4);
   plain->init_parameters(4);
   const int n = 3;
@@ -156,6 +161,15 @@ TEST(ModelTest, LenetFusesItsConvolutionsReluPairs) {
   float largest = 0;
   for (float v : b) largest = std::max(largest, std::abs(v));
   EXPECT_LE(test::max_rel_error(a, b, largest), 1e-4);
+}
+
+// Note [BatchNorm + ReLU]: on the CPU the stem's BatchNorm applies the ReLU after it (the
+// golden tests check the gradients of the whole model against PyTorch's).
+TEST(ModelTest, Resnet20FusesBatchNormReluPairs) {
+  auto be = cpu();
+  auto m = make_model("resnet20", *be, Shape{32, 32, 3}, 10);
+  const std::string summary = m->summary();
+  EXPECT_NE(summary.find("bn1: batchnorm (+ relu)"), std::string::npos) << summary;
 }
 
 // A single process learns a small separable problem: lenet on images whose class is the

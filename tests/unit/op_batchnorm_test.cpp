@@ -1,5 +1,6 @@
 // BatchNormOp against a naive double-precision loop and finite differences, on every device:
 // training (batch statistics, PyTorch's running-statistics rule), inference, backward.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -156,6 +157,82 @@ TEST(BatchNormOpBlocked, TrainingAndBackwardMatchTheNaiveLoop) {
         << "dx";
     EXPECT_TRUE(all_close(dg.to_host(), want_dg, 1e-4, 1e-5)) << "dgamma";
     EXPECT_TRUE(all_close(db.to_host(), want_db, 1e-4, 1e-5)) << "dbeta";
+  }
+}
+
+// Note [BatchNorm + ReLU]: a fused op's forwards give max(0, y), and its backward takes the
+// gradient of that output: the naive BatchNorm backward of dy masked where the reference y is
+// positive. In NHWC and in blocks (where the backend has them).
+TEST_P(BatchNormOpTest, FusedReluMatchesSeparateLayers) {
+  DDPV_BACKEND_OR_SKIP(backend, GetParam());
+  for (int block : {0, 8, 16}) {
+    if (block > 0 && GetParam() != Device::kCpu) continue;
+    SCOPED_TRACE("block " + std::to_string(block));
+    BatchNormConfig c = config(16, 4, 5);
+    c.block = block;
+    const int n = 3, ch = c.channels;
+    const int64_t hw = c.h * c.w;
+    const size_t total = static_cast<size_t>(n * hw * ch);
+    const auto x = random_vector(total, 81), dy = random_vector(total, 82),
+               gamma = random_vector(16, 83, 0.5f, 1.5f), beta = random_vector(16, 84, -0.5f, 0.5f);
+    auto lay = [&](const std::vector<float>& v) {
+      return block > 0 ? nhwc_to_blocked(v, n, hw, ch, block) : v;
+    };
+    auto unlay = [&](const std::vector<float>& v) {
+      return block > 0 ? blocked_to_nhwc(v, n, hw, ch, block) : v;
+    };
+    auto op = backend->batchnorm2d(c);
+    if (!op->fuse_relu()) GTEST_SKIP() << "this backend's BatchNorm fuses no ReLU";
+    DeviceBuffer x_(backend.get(), lay(x)), g_(backend.get(), gamma), b_(backend.get(), beta),
+        y_(backend.get(), total), rm(backend.get(), 16),
+        rv(backend.get(), std::vector<float>(16, 1.0f)), dy_(backend.get(), lay(dy)),
+        dx_(backend.get(), total), dg(backend.get(), 16), db(backend.get(), 16);
+    op->forward_train(n, x_.data(), g_.data(), b_.data(), y_.data(), rm.data(), rv.data());
+    BnRef ref = bn_train_ref(c, n, x, gamma, beta);
+    std::vector<float> masked(dy);
+    size_t zeros = 0;
+    for (size_t i = 0; i < total; ++i) {
+      if (ref.y[i] > 0) continue;
+      ref.y[i] = 0;
+      masked[i] = 0;
+      ++zeros;
+    }
+    ASSERT_GT(zeros, total / 4);  // the mask matters
+    EXPECT_TRUE(all_close(unlay(y_.to_host()), ref.y, 1e-4, 1e-5)) << "y";
+    op->backward(n, x_.data(), g_.data(), dy_.data(), dx_.data(), dg.data(), db.data(), false);
+    std::vector<double> want_dx, want_dg, want_db;
+    bn_backward_ref(c, n, x, gamma, masked, want_dx, want_dg, want_db);
+    EXPECT_TRUE(all_close(unlay(dx_.to_host()), want_dx, 1e-4, 1e-5)) << "dx";
+    EXPECT_TRUE(all_close(dg.to_host(), want_dg, 1e-4, 1e-5)) << "dgamma";
+    EXPECT_TRUE(all_close(db.to_host(), want_db, 1e-4, 1e-5)) << "dbeta";
+
+    // Inference: max(0, the running-statistics normalisation).
+    op->forward_infer(n, x_.data(), g_.data(), b_.data(), rm.data(), rv.data(), y_.data());
+    const auto mean = rm.to_host(), var = rv.to_host();
+    std::vector<double> want(total);
+    for (size_t i = 0; i < total; ++i) {
+      const size_t k = i % 16;
+      want[i] =
+          std::max(0.0, gamma[k] * (x[i] - mean[k]) / std::sqrt(var[k] + double{c.eps}) + beta[k]);
+    }
+    EXPECT_TRUE(all_close(unlay(y_.to_host()), want, 1e-5, 1e-5)) << "inference y";
+
+    // A NaN in channel 3's input: channel 3 comes out NaN, every other channel as before.
+    std::vector<float> bad(x);
+    bad[5 * 16 + 3] = std::nanf("");
+    upload(x_, lay(bad));
+    op->forward_train(n, x_.data(), g_.data(), b_.data(), y_.data(), rm.data(), rv.data());
+    const auto got = unlay(y_.to_host());
+    size_t nan3 = 0, other_bad = 0;
+    for (size_t i = 0; i < total; ++i) {
+      if (i % 16 == 3) {
+        nan3 += std::isnan(got[i]) ? 1 : 0;
+      } else {
+        other_bad += std::abs(got[i] - ref.y[i]) > 1e-4 ? 1 : 0;
+      }
+    }
+    EXPECT_EQ(nan3, total / 16) << "channel 3 should be NaN throughout";
+    EXPECT_EQ(other_bad, 0u);
   }
 }
 

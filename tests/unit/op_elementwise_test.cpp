@@ -1,5 +1,6 @@
 // The backend's elementwise ops (relu, add, fill, scale, all_finite, bf16 casts) and layout
 // transposes against naive loops, relu's backward also by finite differences, on every device.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <iterator>
@@ -62,6 +63,14 @@ TEST_P(ElementwiseOpTest, ReluForwardAndBackward) {
   EXPECT_TRUE(std::isnan(nan_h[0]));
   EXPECT_EQ(nan_h[1], 0.0f);
   EXPECT_EQ(nan_h[2], 2.0f);
+  // The residual block's add + ReLU keeps NaN the same way.
+  DeviceBuffer a_(backend.get(), std::vector<float>{std::nanf(""), -1.0f, 2.0f}),
+      b_(backend.get(), std::vector<float>{1.0f, 0.5f, std::nanf("")});
+  backend->add_relu(3, a_.data(), b_.data(), a_.data());
+  const auto sum_h = a_.to_host();
+  EXPECT_TRUE(std::isnan(sum_h[0]));
+  EXPECT_EQ(sum_h[1], 0.0f);
+  EXPECT_TRUE(std::isnan(sum_h[2]));
 }
 
 TEST_P(ElementwiseOpTest, AddFillScale) {
@@ -75,6 +84,10 @@ TEST_P(ElementwiseOpTest, AddFillScale) {
     std::vector<double> want(nc);
     for (size_t i = 0; i < nc; ++i) want[i] = static_cast<double>(a[i] + b[i]);
     EXPECT_TRUE(all_close(y_.to_host(), want, 0, 0)) << "add";
+    backend->add_relu(count, a_.data(), b_.data(), y_.data());
+    std::vector<double> want_relu(nc);
+    for (size_t i = 0; i < nc; ++i) want_relu[i] = std::max(0.0, want[i]);
+    EXPECT_TRUE(all_close(y_.to_host(), want_relu, 0, 0)) << "add_relu";
     backend->add(count, a_.data(), b_.data(), a_.data());  // residual in place
     EXPECT_TRUE(all_close(a_.to_host(), want, 0, 0)) << "add in place";
 
@@ -138,10 +151,15 @@ TEST_P(ElementwiseOpTest, Bf16CastsRoundToNearestEvenAndWidenExactly) {
   DDPV_BACKEND_OR_SKIP(backend, GetParam());
   std::vector<float> x = random_vector(200003, 12, -3.0f, 3.0f);
   Rng rng(13);
-  for (size_t i = 0; i < x.size(); i += 3) x[i] = std::ldexp(x[i], static_cast<int>(rng.uniform_int(200)) - 100);
-  const float special[] = {0.0f, -0.0f, 1.0f, std::numeric_limits<float>::max(),
+  for (size_t i = 0; i < x.size(); i += 3)
+    x[i] = std::ldexp(x[i], static_cast<int>(rng.uniform_int(200)) - 100);
+  const float special[] = {0.0f,
+                           -0.0f,
+                           1.0f,
+                           std::numeric_limits<float>::max(),
                            -std::numeric_limits<float>::max(),
-                           std::numeric_limits<float>::denorm_min(), 1e-40f,
+                           std::numeric_limits<float>::denorm_min(),
+                           1e-40f,
                            std::numeric_limits<float>::infinity(),
                            -std::numeric_limits<float>::infinity()};
   for (size_t k = 0; k < std::size(special); ++k) x[k] = special[k];
@@ -180,7 +198,9 @@ TEST_P(ElementwiseOpTest, LayoutChanges) {
   const int n = 2, h = 3, w = 5, c = 16;
   const size_t total = static_cast<size_t>(n) * h * w * c;
   // Element (i, k, y, z) of a (N, C, H, W) tensor: its value, and its offset in each layout.
-  auto value = [&](int i, int k, int y, int z) { return static_cast<float>(((i * c + k) * h + y) * w + z); };
+  auto value = [&](int i, int k, int y, int z) {
+    return static_cast<float>(((i * c + k) * h + y) * w + z);
+  };
   auto at = [&](int layout, int i, int k, int y, int z) -> size_t {
     if (layout == Backend::kNchw) return static_cast<size_t>(((i * c + k) * h + y) * w + z);
     if (layout == 0) return static_cast<size_t>(((i * h + y) * w + z) * c + k);

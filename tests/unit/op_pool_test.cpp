@@ -86,9 +86,12 @@ TEST_P(PoolOpTest, MatchesNaiveLoopAndFiniteDifferences) {
   };
   const Case cases[] = {
       {"max k2 s2", 2, config(PoolKind::kMax, 3, 6, 7, 2, 2, 0)},
+      {"max k2 s2, odd rows", 2, config(PoolKind::kMax, 3, 7, 4, 2, 2, 0)},
+      {"max k3 s3", 2, config(PoolKind::kMax, 2, 8, 7, 3, 3, 0)},
       {"max k3 s2 p1", 2, config(PoolKind::kMax, 4, 7, 5, 3, 2, 1)},
       {"max k3 s1 p1", 1, config(PoolKind::kMax, 2, 5, 5, 3, 1, 1)},
-      {"max k3 s2 p1 on 1x2", 2, config(PoolKind::kMax, 3, 1, 2, 3, 2, 1)},  // windows mostly padding
+      {"max k3 s2 p1 on 1x2", 2,
+       config(PoolKind::kMax, 3, 1, 2, 3, 2, 1)},  // windows mostly padding
       {"avg k2 s2", 2, config(PoolKind::kAvg, 3, 6, 7, 2, 2, 0)},
       {"avg k3 s2 p1", 2, config(PoolKind::kAvg, 4, 7, 5, 3, 2, 1)},
       {"avg k3 s1 p1", 1, config(PoolKind::kAvg, 2, 5, 6, 3, 1, 1)},
@@ -131,11 +134,15 @@ TEST_P(PoolOpTest, MatchesNaiveLoopAndFiniteDifferences) {
 TEST(PoolOpBlocked, EveryKindMatchesTheNaiveLoop) {
   auto backend = backend_or_skip(Device::kCpu);
   for (int block : {8, 16}) {
-    for (PoolKind kind : {PoolKind::kMax, PoolKind::kAvg, PoolKind::kGlobalAvg}) {
-      Pool2dConfig c = config(kind, 16, 6, 7, 3, 2, 1);
+    // The last max pooling tiles its input (kernel = stride, no padding): its own loops.
+    for (Pool2dConfig c :
+         {config(PoolKind::kMax, 16, 6, 7, 3, 2, 1), config(PoolKind::kAvg, 16, 6, 7, 3, 2, 1),
+          config(PoolKind::kGlobalAvg, 16, 6, 7, 3, 2, 1),
+          config(PoolKind::kMax, 16, 7, 6, 2, 2, 0)}) {
       c.block = block;
       SCOPED_TRACE("block " + std::to_string(block) + " kind " +
-                   std::to_string(static_cast<int>(kind)));
+                   std::to_string(static_cast<int>(c.kind)) + " kernel " +
+                   std::to_string(c.kernel));
       const int n = 2;
       const int64_t ihw = c.in_h * c.in_w, ohw = int64_t{c.out_h()} * c.out_w();
       const auto x = random_vector(static_cast<size_t>(n * ihw * 16), 71),
@@ -165,6 +172,52 @@ TEST_P(PoolOpTest, MaxPoolingPropagatesNaN) {
     DeviceBuffer x_(backend.get(), x), y_(backend.get(), 1);
     op->forward(1, x_.data(), y_.data());
     EXPECT_TRUE(std::isnan(y_.to_host()[0])) << "NaN at " << at;
+  }
+}
+
+// Note [ReLU folded into max pooling]: on a ReLU's output (zeros, including whole windows of
+// them, and positive values), a max pooling that folds the ReLU's backward gives what the
+// ReLU's backward (dx where the ReLU output is positive) gives after the plain pooling's
+// backward, exactly, for tiled and overlapping windows, in NHWC and in blocks.
+TEST_P(PoolOpTest, FoldsTheBackwardOfTheReluBeforeIt) {
+  DDPV_BACKEND_OR_SKIP(backend, GetParam());
+  for (int block : {0, 8}) {
+    for (Pool2dConfig c :
+         {config(PoolKind::kMax, 8, 7, 6, 2, 2, 0), config(PoolKind::kMax, 8, 9, 9, 3, 3, 0),
+          config(PoolKind::kMax, 8, 7, 5, 3, 2, 1)}) {
+      SCOPED_TRACE("block " + std::to_string(block) + " kernel " + std::to_string(c.kernel) +
+                   " stride " + std::to_string(c.stride));
+      c.block = block;
+      if (block > 0 && GetParam() != Device::kCpu) continue;  // blocks are the CPU's layout
+      const int n = 2, ch = c.channels;
+      const int64_t ihw = c.in_h * c.in_w, ohw = int64_t{c.out_h()} * c.out_w();
+      // ReLU outputs: distinct values shifted down, so that about 60% are zero, and image 1's
+      // first channel all zero (every window of it not positive).
+      auto x = distinct_values(static_cast<size_t>(n * ihw * ch), 90 + c.kernel);
+      const float shift = 0.0025f * static_cast<float>(x.size());
+      for (size_t i = 0; i < x.size(); ++i) {
+        const bool dead = i >= static_cast<size_t>(ihw * ch) && i % static_cast<size_t>(ch) == 0;
+        x[i] = dead ? 0.0f : std::max(0.0f, x[i] - 0.2f * shift);
+      }
+      const auto dy = random_vector(static_cast<size_t>(n * ohw * ch), 93);
+      std::vector<double> want_y, want_dx;
+      pool_ref(c, n, x, dy, want_y, want_dx);
+      for (size_t i = 0; i < x.size(); ++i) want_dx[i] = x[i] > 0 ? want_dx[i] : 0.0;
+      auto op = backend->pool2d(c);
+      if (!op->fold_relu_backward()) GTEST_SKIP() << "this backend's pooling folds no ReLU";
+      auto lay = [&](const std::vector<float>& v, int64_t hw) {
+        return block > 0 ? nhwc_to_blocked(v, n, hw, ch, block) : v;
+      };
+      auto unlay = [&](const std::vector<float>& v, int64_t hw) {
+        return block > 0 ? blocked_to_nhwc(v, n, hw, ch, block) : v;
+      };
+      DeviceBuffer x_(backend.get(), lay(x, ihw)), dy_(backend.get(), lay(dy, ohw)),
+          y_(backend.get(), want_y.size()), dx_(backend.get(), std::vector<float>(x.size(), 1e30f));
+      op->forward(n, x_.data(), y_.data());
+      EXPECT_TRUE(all_close(unlay(y_.to_host(), ohw), want_y, 0, 0)) << "y";
+      op->backward(n, dy_.data(), dx_.data());
+      EXPECT_TRUE(all_close(unlay(dx_.to_host(), ihw), want_dx, 1e-6, 1e-6)) << "dx";
+    }
   }
 }
 

@@ -112,6 +112,10 @@ class BatchNormOp {
   // Backward of the last forward_train. dx: (N, H, W, C); dgamma, dbeta: (C).
   virtual void backward(int n, const float* x, const float* gamma, const float* dy, float* dx,
                         float* dgamma, float* dbeta, bool accumulate) = 0;
+  // Note [BatchNorm + ReLU]: asks both forwards to write max(0, y) and backward to take dy as
+  // the gradient of that rectified output (applying the ReLU's backward itself). True if it
+  // will. A channel whose batch statistics are not finite comes out as NaN, as unfused.
+  virtual bool fuse_relu() { return false; }
 };
 
 class Pool2dOp {
@@ -121,6 +125,11 @@ class Pool2dOp {
   virtual void forward(int n, const float* x, float* y) = 0;
   // dy: (N, OH, OW, C) -> dx: (N, H, W, C), of the last forward.
   virtual void backward(int n, const float* dy, float* dx) = 0;
+  // Note [ReLU folded into max pooling]: for a pooling whose input is a ReLU's output, asks
+  // backward to apply that ReLU's backward too (dx zero where the window's maximum is not
+  // positive), so the ReLU's own backward pass can be skipped. True if it will; forwards
+  // from then on record what it needs.
+  virtual bool fold_relu_backward() { return false; }
 };
 
 class LinearOp {
@@ -238,6 +247,11 @@ class Backend {
   virtual void relu_forward(int64_t count, const float* x, float* y) = 0;
   virtual void relu_backward(int64_t count, const float* y, const float* dy, float* dx) = 0;
   virtual void add(int64_t count, const float* a, const float* b, float* y) = 0;  // y = a + b
+  // y = relu(a + b), a residual block's output; one pass where the backend has it.
+  virtual void add_relu(int64_t count, const float* a, const float* b, float* y) {
+    add(count, a, b, y);
+    relu_forward(count, y, y);
+  }
   virtual void fill(int64_t count, float value, float* y) = 0;
   virtual void scale(int64_t count, float alpha, float* y) = 0;  // y *= alpha
   // f32 <-> bf16 over `count` elements, rounding to nearest even as ddpv::f32_to_bf16 does

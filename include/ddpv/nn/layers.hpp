@@ -59,6 +59,13 @@ class Layer {
   // reads only that output) runs as before. fuse_relu() is true if this layer now does so.
   virtual bool fuse_relu() { return false; }
   virtual bool is_relu() const { return false; }
+  // Note [ReLU folded into max pooling]: a layer whose input is a ReLU's output may apply that
+  // ReLU's backward in its own; the sequence then skips the ReLU's backward.
+  // fold_relu_backward() is true if this layer now does so.
+  virtual bool fold_relu_backward() { return false; }
+  // After fuse_relu(): true if this layer's backward also takes the ReLU's output gradient and
+  // applies the ReLU's backward (Note [BatchNorm + ReLU]); the sequence skips the ReLU then.
+  virtual bool fuses_relu_backward() const { return false; }
 
  protected:
   // Throws ddpv::Error naming the layer and both shapes when x is not (N, in_shape...).

@@ -139,6 +139,15 @@ class CpuBackend final : public Backend {
     for (int64_t i = 0; i < count; ++i) y[i] = a[i] + b[i];
   }
 
+  void add_relu(int64_t count, const float* a, const float* b, float* y) override {
+    ctx_.bind_threads();
+#pragma omp parallel for simd if (count >= kParallelMin)
+    for (int64_t i = 0; i < count; ++i) {
+      const float v = a[i] + b[i];
+      y[i] = v <= 0.0f ? 0.0f : v;  // relu_forward's rule: NaN kept, -0 becomes +0
+    }
+  }
+
   void fill(int64_t count, float value, float* y) override {
     ctx_.bind_threads();
 #pragma omp parallel for simd if (count >= kParallelMin)

@@ -55,28 +55,178 @@ void check_config(const Pool2dConfig& c) {
 // (nChw8c) for lenet's first pooling (64x28x28x32, 2x2 stride 2) on an AVX2 machine: 24x a
 // memcpy of its input, a fifth of the whole lenet step; a plain loop takes 0.22 ms. So max
 // pooling is our own loops. Each output takes the first largest value of its window in
-// row-major order, and a NaN wins, as in PyTorch; the window position is kept for
-// backward, which adds dy there. Both layouts look alike to the loops: `outer` images of
+// row-major order, and a NaN wins (the last NaN), as in PyTorch; the window position is kept
+// for backward, which adds dy there. Both layouts look alike to the loops: `outer` images of
 // `inner` contiguous channels (NHWC: N of C; blocked: N * C / b of b).
+//
+// Windows that tile the input (kernel = stride 2 or 3, no padding: every pooling of lenet,
+// VGG and AlexNet-style models) have loops of their own: forward reads each window once and
+// stores each output once, and backward writes every dx element exactly once (dy or 0), so it
+// needs neither a zeroing pass nor a division per element to find the position. They are
+// compiled for AVX2 and for the baseline, picked at run time.
+//
+// Note [ReLU folded into max pooling]: when the pooling's input is a ReLU's output, the
+// ReLU's backward (dx = dy where its output is positive, else 0) can be applied by the
+// pooling's backward: a window whose maximum is positive sends dy to that maximum, which is a
+// positive ReLU output, so the ReLU passes it; a window whose maximum is not positive holds
+// only zeros (or NaN), where the ReLU passes nothing. So forward records position -1 for such
+// a window and backward sends nothing from it. In lenet this removes a read-modify-write pass
+// over each convolution's output from every step.
+struct PoolRow {
+  int64_t w, c;  // input row width, contiguous channels
+  int ow;        // outputs in the row
+  bool relu;     // record -1 where the maximum is not positive
+};
+
+template <int K>
+[[gnu::always_inline]] inline void tiled_forward_row(const PoolRow& r, const float* in, float* out,
+                                                     int32_t* where) {
+  for (int xo = 0; xo < r.ow; ++xo) {
+    const float* win = in + int64_t{xo} * K * r.c;
+    float* o = out + xo * r.c;
+    int32_t* wh = where + xo * r.c;
+#pragma omp simd
+    for (int64_t j = 0; j < r.c; ++j) {
+      float m = win[j];
+      int32_t at = 0;
+#pragma GCC unroll 9
+      for (int q = 1; q < K * K; ++q) {
+        const float v = win[(q / K * r.w + q % K) * r.c + j];
+        const bool take = v > m || v != v;  // NaN wins, as in PyTorch
+        m = take ? v : m;
+        at = take ? q : at;
+      }
+      o[j] = m;
+      wh[j] = r.relu && !(m > 0.0f) ? -1 : at;
+    }
+  }
+}
+
+// Rows yo * K .. yo * K + K - 1 of dx, columns [0, ow * K); the caller zeroes the rest.
+template <int K>
+[[gnu::always_inline]] inline void tiled_backward_row(const PoolRow& r, const float* dy,
+                                                      const int32_t* where, float* dx) {
+  for (int xo = 0; xo < r.ow; ++xo) {
+    const float* g = dy + xo * r.c;
+    const int32_t* wh = where + xo * r.c;
+    float* win = dx + int64_t{xo} * K * r.c;
+#pragma omp simd
+    for (int64_t j = 0; j < r.c; ++j) {
+      const float v = g[j];
+      const int32_t at = wh[j];
+#pragma GCC unroll 9
+      for (int q = 0; q < K * K; ++q) win[(q / K * r.w + q % K) * r.c + j] = at == q ? v : 0.0f;
+    }
+  }
+}
+
+// clang-format off
+#define DDPV_TILED_POOL_LOOPS(suffix, attributes)                                                \
+  attributes void tiled_forward_##suffix(const PoolRow& r, int k, const float* in, float* out, \
+                                         int32_t* where) {                                     \
+    if (k == 2) tiled_forward_row<2>(r, in, out, where);                                       \
+    else tiled_forward_row<3>(r, in, out, where);                                              \
+  }                                                                                            \
+  attributes void tiled_backward_##suffix(const PoolRow& r, int k, const float* dy,            \
+                                          const int32_t* where, float* dx) {                   \
+    if (k == 2) tiled_backward_row<2>(r, dy, where, dx);                                       \
+    else tiled_backward_row<3>(r, dy, where, dx);                                              \
+  }
+
+DDPV_TILED_POOL_LOOPS(avx2, __attribute__((target("avx2"))))
+DDPV_TILED_POOL_LOOPS(baseline, )
+// clang-format on
+
+const bool kAvx2 = __builtin_cpu_supports("avx2");
+
 class CpuMaxPool2d final : public Pool2dOp {
  public:
   static constexpr int64_t kParallelMin = 1 << 16;  // elements below which one thread runs
 
   CpuMaxPool2d(const CpuContext& ctx, const Pool2dConfig& cfg)
-      : ctx_(ctx), cfg_(cfg), inner_(cfg.block > 0 ? cfg.block : cfg.channels) {
+      : ctx_(ctx),
+        cfg_(cfg),
+        inner_(cfg.block > 0 ? cfg.block : cfg.channels),
+        tiled_(cfg.kernel == cfg.stride && cfg.padding == 0 &&
+               (cfg.kernel == 2 || cfg.kernel == 3)) {
     check_config(cfg);
     DDPV_CHECK(cfg.block == 0 || cfg.channels % cfg.block == 0, "max_pool2d: ", cfg.channels,
                " channels do not fill blocks of ", cfg.block);
   }
 
+  bool fold_relu_backward() override { return relu_ = true; }
+
   void forward(int n, const float* x, float* y) override {
     check_batch("max_pool2d", n);
     ctx_.bind_threads();
+    const int64_t outer = int64_t{n} * cfg_.channels / inner_;
+    arg_.resize(static_cast<size_t>(outer * cfg_.out_h() * cfg_.out_w() * inner_));
+    if (tiled_) {
+      forward_tiled(outer, x, y);
+    } else {
+      forward_any(outer, x, y);
+    }
+    last_n_ = n;
+  }
+
+  void backward(int n, const float* dy, float* dx) override {
+    check_batch("max_pool2d", n);
+    DDPV_CHECK(n == last_n_, "max_pool2d backward: batch size ", n,
+               " differs from the last forward (", last_n_,
+               "); backward needs where that forward's maxima came from");
+    ctx_.bind_threads();
+    const int64_t outer = int64_t{n} * cfg_.channels / inner_;
+    if (tiled_) {
+      backward_tiled(outer, dy, dx);
+    } else {
+      backward_any(outer, dy, dx);
+    }
+  }
+
+ private:
+  void forward_tiled(int64_t outer, const float* x, float* y) {
+    const int h = cfg_.in_h, w = cfg_.in_w, oh = cfg_.out_h(), ow = cfg_.out_w(), k = cfg_.kernel;
+    const int64_t c = inner_;
+    const PoolRow r{w, c, ow, relu_};
+    int32_t* arg = arg_.data();
+    const auto row = kAvx2 ? tiled_forward_avx2 : tiled_forward_baseline;
+#pragma omp parallel for collapse(2) if (outer * oh * ow * c >= kParallelMin)
+    for (int64_t b = 0; b < outer; ++b) {
+      for (int yo = 0; yo < oh; ++yo) {
+        const int64_t o = (b * oh + yo) * ow * c;
+        row(r, k, x + (b * h + int64_t{yo} * k) * w * c, y + o, arg + o);
+      }
+    }
+  }
+
+  void backward_tiled(int64_t outer, const float* dy, float* dx) const {
+    const int h = cfg_.in_h, w = cfg_.in_w, oh = cfg_.out_h(), ow = cfg_.out_w(), k = cfg_.kernel;
+    const int64_t c = inner_;
+    const PoolRow r{w, c, ow, relu_};
+    const int32_t* arg = arg_.data();
+    const auto row = kAvx2 ? tiled_backward_avx2 : tiled_backward_baseline;
+#pragma omp parallel for if (outer * h * w * c >= kParallelMin)
+    for (int64_t b = 0; b < outer; ++b) {
+      float* img = dx + b * h * w * c;
+      for (int yo = 0; yo < oh; ++yo) {
+        const int64_t o = (b * oh + yo) * ow * c;
+        float* rows = img + int64_t{yo} * k * w * c;
+        row(r, k, dy + o, arg + o, rows);
+        if (ow * k < w) {  // columns no window covers
+          for (int kh = 0; kh < k; ++kh)
+            std::fill(rows + (kh * w + int64_t{ow} * k) * c, rows + (kh + 1) * w * c, 0.0f);
+        }
+      }
+      std::fill(img + int64_t{oh} * k * w * c, img + h * w * c, 0.0f);  // rows none covers
+    }
+  }
+
+  void forward_any(int64_t outer, const float* x, float* y) {
     const int h = cfg_.in_h, w = cfg_.in_w, oh = cfg_.out_h(), ow = cfg_.out_w();
     const int k = cfg_.kernel, s = cfg_.stride, p = cfg_.padding;
-    const int64_t c = inner_, outer = int64_t{n} * cfg_.channels / inner_;
-    arg_.resize(static_cast<size_t>(outer * oh * ow * c));
+    const int64_t c = inner_;
     int32_t* arg = arg_.data();
+    const bool relu = relu_;
     constexpr float kLowest = -std::numeric_limits<float>::infinity();
     // Row by row: start every output of the row at -inf with the window's first valid
     // position, then sweep the window positions over the whole row (vectorisable runs).
@@ -117,20 +267,18 @@ class CpuMaxPool2d final : public Pool2dOp {
             }
           }
         }
+        if (relu) {
+#pragma omp simd
+          for (int64_t j = 0; j < ow * c; ++j) where[j] = out[j] > 0.0f ? where[j] : -1;
+        }
       }
     }
-    last_n_ = n;
   }
 
-  void backward(int n, const float* dy, float* dx) override {
-    check_batch("max_pool2d", n);
-    DDPV_CHECK(n == last_n_, "max_pool2d backward: batch size ", n,
-               " differs from the last forward (", last_n_,
-               "); backward needs where that forward's maxima came from");
-    ctx_.bind_threads();
+  void backward_any(int64_t outer, const float* dy, float* dx) const {
     const int h = cfg_.in_h, w = cfg_.in_w, oh = cfg_.out_h(), ow = cfg_.out_w();
     const int k = cfg_.kernel, s = cfg_.stride, p = cfg_.padding;
-    const int64_t c = inner_, outer = int64_t{n} * cfg_.channels / inner_;
+    const int64_t c = inner_;
     const int32_t* arg = arg_.data();
     // One image per thread: windows may overlap (stride < kernel), images never do.
 #pragma omp parallel for if (outer * h * w * c >= kParallelMin)
@@ -141,7 +289,9 @@ class CpuMaxPool2d final : public Pool2dOp {
         for (int xo = 0; xo < ow; ++xo) {
           const int64_t o = ((b * oh + yo) * ow + xo) * c;
           for (int64_t j = 0; j < c; ++j) {
-            const int yi = yo * s - p + arg[o + j] / k, xi = xo * s - p + arg[o + j] % k;
+            const int32_t at = arg[o + j];
+            if (at < 0) continue;  // Note [ReLU folded into max pooling]
+            const int yi = yo * s - p + at / k, xi = xo * s - p + at % k;
             img[(int64_t{yi} * w + xi) * c + j] += dy[o + j];
           }
         }
@@ -149,12 +299,13 @@ class CpuMaxPool2d final : public Pool2dOp {
     }
   }
 
- private:
   CpuContext ctx_;
   Pool2dConfig cfg_;
-  int64_t inner_;               // contiguous channels per spatial position
+  int64_t inner_;      // contiguous channels per spatial position
+  bool tiled_;         // windows tile the input: kernel = stride in {2, 3}, no padding
+  bool relu_ = false;  // Note [ReLU folded into max pooling]
   int last_n_ = 0;
-  std::vector<int32_t> arg_;    // the last forward's window positions
+  std::vector<int32_t> arg_;  // the last forward's window positions (-1: no gradient)
 };
 
 class CpuPool2d final : public Pool2dOp {
