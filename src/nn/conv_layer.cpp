@@ -39,15 +39,34 @@ class Conv2dLayer final : public WeightedLayer<Conv2dOp> {
     return name_ + ": conv " + std::to_string(cfg_.kernel) + "x" + std::to_string(cfg_.kernel) +
            "/" + std::to_string(cfg_.stride) + " pad " + std::to_string(cfg_.padding) + ", " +
            in_.str() + " -> " + out_.str() + " (" + op_->algorithm() +
-           (relu_fused_ ? ", + relu)" : ")");
+           (relu_fused_ ? ", + relu" : "") + (pool_ ? ", + maxpool)" : ")");
   }
 
   bool fuse_relu() override { return relu_fused_ = op_->fuse_relu(); }
+
+  bool fuse_max_pool(Layer& pool) override {
+    int kernel = 0;
+    Pool2dOp* op = pool.fusable_max_pool(&kernel);
+    if (!relu_fused_ || op == nullptr || !op_->fuse_max_pool(kernel)) return false;
+    pool_ = op;
+    return true;
+  }
+
+  void forward_pooled(const Tensor& x, Tensor& pooled, bool) override {
+    check_input(x);
+    const int n = static_cast<int>(x.shape()[0]);
+    int32_t* positions = pool_ ? pool_->positions_for(n) : nullptr;
+    DDPV_CHECK(positions != nullptr, "layer ", name_,
+               ": its max pooling cannot be fused (internal)");
+    op_->forward_pooled(n, x.data<float>(), weight_.value, has_bias_ ? bias_.value : nullptr,
+                        pooled.data<float>(), positions);
+  }
 
  private:
   Conv2dConfig cfg_;
   bool fan_out_init_;
   bool relu_fused_ = false;
+  Pool2dOp* pool_ = nullptr;  // Note [Max pooling fused into the convolution]
 };
 
 class BatchNorm2dLayer final : public Layer {

@@ -23,6 +23,9 @@ Shape Sequence::setup(Backend& backend, const Shape& in) {
     folded_[i] = (fused_[i] && layers_[i - 1]->fuses_relu_backward()) ||
                  (i + 1 < layers_.size() && layers_[i + 1]->fold_relu_backward());
   }
+  pooled_.assign(layers_.size(), 0);
+  for (size_t i = 0; i + 2 < layers_.size(); ++i)
+    pooled_[i] = fused_[i + 1] && folded_[i + 1] && layers_[i]->fuse_max_pool(*layers_[i + 2]);
   return s;
 }
 
@@ -36,9 +39,16 @@ const Tensor& Sequence::forward(const Tensor& x, bool training) {
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (fused_[i]) {  // the previous layer's output is already rectified
       acts_[i] = Tensor::wrap(in->raw(), in->shape(), in->dtype(), in->device());
+    } else if (i >= 2 && pooled_[i - 2]) {
+      // written by layer i - 2
     } else {
       ensure_tensor(acts_[i], batch_shape(n, layers_[i]->out_shape()), *backend_);
-      layers_[i]->forward(*in, acts_[i], training);
+      if (pooled_[i]) {
+        ensure_tensor(acts_[i + 2], batch_shape(n, layers_[i + 2]->out_shape()), *backend_);
+        layers_[i]->forward_pooled(*in, acts_[i + 2], training);
+      } else {
+        layers_[i]->forward(*in, acts_[i], training);
+      }
     }
     in = &acts_[i];
   }

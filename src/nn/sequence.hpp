@@ -32,6 +32,9 @@ class Sequence {
   // folded_[i]: layer i is a ReLU whose backward layer i + 1 (Note [ReLU folded into max
   // pooling]) or layer i - 1 (Note [BatchNorm + ReLU]) applies
   std::vector<char> folded_;
+  // pooled_[i]: layer i writes layer i + 2's output (Note [Max pooling fused into the
+  // convolution]: conv, ReLU, max pooling); layers i + 1 and i + 2 run no forward
+  std::vector<char> pooled_;
   // Note [Ping-pong gradients]: the gradient flowing between layers only lives for one layer's
   // backward, so two buffers of the largest activation serve the whole chain.
   Tensor grad_buf_[2];

@@ -56,6 +56,13 @@ class PoolLayer final : public Layer {
     if (dx) op_->backward(static_cast<int>(x.shape()[0]), dy.data<float>(), dx->data<float>());
   }
   bool fold_relu_backward() override { return relu_folded_ = op_->fold_relu_backward(); }
+  Pool2dOp* fusable_max_pool(int* kernel) override {
+    const bool tiled =
+        cfg_.kind == PoolKind::kMax && cfg_.kernel == cfg_.stride && cfg_.padding == 0;
+    if (!tiled || !relu_folded_) return nullptr;
+    *kernel = cfg_.kernel;
+    return op_.get();
+  }
   std::string describe() const override {
     const char* kind = cfg_.kind == PoolKind::kMax   ? "maxpool"
                        : cfg_.kind == PoolKind::kAvg ? "avgpool"

@@ -270,5 +270,79 @@ TEST(ConvOpFusedRelu, RectifiesTheOutputWhereTheOpCan) {
   EXPECT_FALSE(direct->fuse_relu());
 }
 
+// Note [Max pooling fused into the convolution]: the single-channel op's forward_pooled gives
+// the max pooling of its rectified output, and the positions it records make the pooling's
+// backward give what the separate layers give (the gradient at each window's first largest
+// value where that value is positive, zero elsewhere, uncovered rows and columns included).
+TEST(ConvOpSingleChannel, PoolsItsOwnOutputWhenFused) {
+  uint64_t seed = 2500;
+  for (int block : {0, 8}) {
+    for (int pk : {2, 3}) {
+      BackendOptions o;
+      o.threads = 1;
+      o.activation_block = block;
+      auto backend = make_backend(o);
+      const ConvCase cc{2, 1, 16, 9, 7, 3, 1, 1, true};  // output 9x7: partial windows at the edge
+      Conv2dConfig c = cc.config();
+      c.out_block = block_for(c.out_channels, block);
+      SCOPED_TRACE(cc.str() + " block " + std::to_string(block) + " pool " + std::to_string(pk));
+      auto op = backend->conv2d(c);
+      ASSERT_EQ(op->algorithm(), "single-channel direct");
+      EXPECT_FALSE(op->fuse_max_pool(pk)) << "pooling before the ReLU is fused";
+      ASSERT_TRUE(op->fuse_relu());
+      ASSERT_TRUE(op->fuse_max_pool(pk));
+      Pool2dConfig pc;
+      pc.kind = PoolKind::kMax;
+      pc.channels = c.out_channels;
+      pc.in_h = c.out_h();
+      pc.in_w = c.out_w();
+      pc.kernel = pc.stride = pk;
+      pc.block = c.out_block;
+      auto pool = backend->pool2d(pc);
+      EXPECT_EQ(pool->positions_for(cc.n), nullptr) << "before the ReLU's backward is folded";
+      ASSERT_TRUE(pool->fold_relu_backward());
+      int32_t* positions = pool->positions_for(cc.n);
+      ASSERT_NE(positions, nullptr);
+
+      ConvProblem p(backend.get(), c, cc.n, seed);
+      const int oh = c.out_h(), ow = c.out_w(), ph = pc.out_h(), pw = pc.out_w(), co = 16;
+      const int64_t ohw = int64_t{oh} * ow, phw = int64_t{ph} * pw;
+      const size_t npooled = static_cast<size_t>(cc.n * phw * co);
+      const auto dy = random_vector(npooled, seed++);
+      DeviceBuffer pooled(backend.get(), std::vector<float>(npooled, 1e30f)),
+          dy_(backend.get(), nhwc_to_blocked(dy, cc.n, phw, co, c.out_block)),
+          dx_(backend.get(), std::vector<float>(static_cast<size_t>(cc.n * ohw * co), 1e30f));
+      op->forward_pooled(cc.n, p.x_.data(), p.w_.data(), p.b_.data(), pooled.data(), positions);
+      pool->backward(cc.n, dy_.data(), dx_.data());
+
+      // The separate layers, naively: rectify, take each window's first largest, send dy there
+      // when it is positive.
+      std::vector<double> y = p.y_ref(), want_pooled(npooled), want_dx(y.size(), 0.0);
+      for (double& v : y) v = std::max(v, 0.0);
+      for (int i = 0; i < cc.n; ++i)
+        for (int py = 0; py < ph; ++py)
+          for (int px = 0; px < pw; ++px)
+            for (int k = 0; k < co; ++k) {
+              size_t best = 0;
+              double m = -1;
+              for (int a = 0; a < pk; ++a)
+                for (int b = 0; b < pk; ++b) {
+                  const size_t at = ((size_t(i) * oh + py * pk + a) * ow + px * pk + b) * co + k;
+                  if (y[at] > m) m = y[at], best = at;
+                }
+              const size_t o = ((size_t(i) * ph + py) * pw + px) * co + k;
+              want_pooled[o] = m;
+              if (m > 0) want_dx[best] = dy[o];
+            }
+      EXPECT_TRUE(all_close(blocked_to_nhwc(pooled.to_host(), cc.n, phw, co, c.out_block),
+                            want_pooled, 1e-5, 1e-5))
+          << "pooled";
+      EXPECT_TRUE(
+          all_close(blocked_to_nhwc(dx_.to_host(), cc.n, ohw, co, c.out_block), want_dx, 0, 0))
+          << "dx of the pooling";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ddpv::test

@@ -98,6 +98,15 @@ class Conv2dOp {
   // rule) where it can do so for free; true if it will. Backward is unchanged: dy is still the
   // gradient of the convolution's own output (the ReLU's backward has masked it).
   virtual bool fuse_relu() { return false; }
+  // Note [Max pooling fused into the convolution]: after fuse_relu(), asks for forward_pooled
+  // with a kernel x kernel, stride-kernel max pooling of the rectified output; true if the op
+  // has it. forward_pooled writes the pooling's output (N, OH / k, OW / k, Cout) in y's layout
+  // and the window positions as Pool2dOp::positions_for wants them, not y itself.
+  virtual bool fuse_max_pool(int /*kernel*/) { return false; }
+  virtual void forward_pooled(int /*n*/, const float* /*x*/, const float* /*w*/,
+                              const float* /*b*/, float* /*pooled*/, int32_t* /*positions*/) {
+    DDPV_FAIL("this convolution has no fused max pooling (internal: fuse_max_pool said no)");
+  }
 };
 
 class BatchNormOp {
@@ -130,6 +139,13 @@ class Pool2dOp {
   // positive), so the ReLU's own backward pass can be skipped. True if it will; forwards
   // from then on record what it needs.
   virtual bool fold_relu_backward() { return false; }
+  // Note [Max pooling fused into the convolution]: for a max pooling whose windows tile the
+  // input and that folds its ReLU, readies the record of window positions for a forward of n
+  // images (one int32 per output element, in the output's layout: the first largest of the
+  // window in row-major order, -1 where the maximum is not positive) and returns it; a fused
+  // producer writes it and the output, and backward then runs as after forward. Null where
+  // this pooling cannot be fused.
+  virtual int32_t* positions_for(int /*n*/) { return nullptr; }
 };
 
 class LinearOp {

@@ -66,6 +66,17 @@ class Layer {
   // After fuse_relu(): true if this layer's backward also takes the ReLU's output gradient and
   // applies the ReLU's backward (Note [BatchNorm + ReLU]); the sequence skips the ReLU then.
   virtual bool fuses_relu_backward() const { return false; }
+  // Note [Max pooling fused into the convolution]: a max pooling that a producer may compute
+  // (windows that tile the input, its ReLU's backward folded): its op, and its kernel in
+  // *kernel; null otherwise.
+  virtual Pool2dOp* fusable_max_pool(int* /*kernel*/) { return nullptr; }
+  // After fuse_relu(): asks this layer to compute `pool` (a fusable_max_pool) of its rectified
+  // output itself; true if it will, and the sequence then calls forward_pooled, which writes
+  // the pooling's output and leaves this layer's own output unwritten.
+  virtual bool fuse_max_pool(Layer& /*pool*/) { return false; }
+  virtual void forward_pooled(const Tensor& /*x*/, Tensor& /*pooled*/, bool /*training*/) {
+    DDPV_FAIL("layer ", name_, " fuses no max pooling (internal)");
+  }
 
  protected:
   // Throws ddpv::Error naming the layer and both shapes when x is not (N, in_shape...).

@@ -48,7 +48,7 @@ void pad_images(const Geometry& g, int n, const float* x, float* xp) {
 // each weight vector loaded once for all B.
 template <int B>
 DDPV_INLINE void forward_run(const Geometry& g, const float* xp, const float* wg, v8 b, int oy,
-                             int ox, float* yrow) {
+                             int ox, float* yrow, int64_t stride) {
   const int pw = g.w + 2 * g.p;
   v8 acc[B];
   for (int j = 0; j < B; ++j) acc[j] = b;
@@ -61,8 +61,16 @@ DDPV_INLINE void forward_run(const Geometry& g, const float* xp, const float* wg
   }
   for (int j = 0; j < B; ++j) {
     if (g.relu) acc[j] = acc[j] <= 0.0f ? v8{} : acc[j];
-    store8(yrow + int64_t{ox + j} * g.block, acc[j]);
+    store8(yrow + int64_t{ox + j} * stride, acc[j]);
   }
+}
+
+// Row oy of channels [8 grp, 8 grp + 8), output x at yrow + x * stride.
+DDPV_INLINE void forward_row(const Geometry& g, const float* xp, const float* wg, v8 b, int oy,
+                             float* yrow, int64_t stride) {
+  int ox = 0;
+  for (; ox + 4 <= g.ow; ox += 4) forward_run<4>(g, xp, wg, b, oy, ox, yrow, stride);
+  for (; ox < g.ow; ++ox) forward_run<1>(g, xp, wg, b, oy, ox, yrow, stride);
 }
 
 // y for channels [8 grp, 8 grp + 8) of image i, from the padded image xp; wv: [cout/8][k][k][8]
@@ -73,11 +81,47 @@ DDPV_INLINE void forward_item(const Geometry& g, int i, int grp, const float* xp
   v8 b{};
   if (bias != nullptr) b = load8(bias + grp * 8);
   float* yi = y + g.base(i, grp * 8);
-  for (int oy = 0; oy < g.oh; ++oy) {
-    float* yrow = yi + int64_t{oy} * g.ow * g.block;
-    int ox = 0;
-    for (; ox + 4 <= g.ow; ox += 4) forward_run<4>(g, xp, wg, b, oy, ox, yrow);
-    for (; ox < g.ow; ++ox) forward_run<1>(g, xp, wg, b, oy, ox, yrow);
+  for (int oy = 0; oy < g.oh; ++oy)
+    forward_row(g, xp, wg, b, oy, yi + int64_t{oy} * g.ow * g.block, g.block);
+}
+
+// Note [Max pooling fused into the convolution]: lenet's conv1 -> ReLU -> 2x2 max pooling
+// wrote a 64x28x28x32 activation (6.4 MB) that only the pooling read, and the pooling's
+// forward (5% of the step) was bound by reading it back from memory. When the pooling tiles
+// its input (kernel = stride, no padding) and applies the ReLU's backward (Note [ReLU folded
+// into max pooling]), nothing else reads the convolution's output, so the convolution can pool
+// its own rectified rows while they are in L1: K rows at a time into a small buffer, then the
+// maximum of each window with its position (first largest, a NaN wins, -1 where the maximum is
+// not positive), written where the pooling's own forward would write them. The pooling's
+// backward then runs as after its own forward. The convolution's output is left unwritten.
+constexpr int64_t kPooledRowsMax = 3 * 256 * 8;  // floats of the K-row buffer
+
+DDPV_INLINE void forward_pooled_item(const Geometry& g, int pk, int i, int grp, const float* xp,
+                                     const float* wv, const float* bias, float* pooled,
+                                     int32_t* positions) {
+  const int kk = g.k * g.k, ph = g.oh / pk, pw = g.ow / pk;
+  const float* wg = wv + int64_t{grp} * kk * 8;
+  v8 b{};
+  if (bias != nullptr) b = load8(bias + grp * 8);
+  alignas(32) float rows[kPooledRowsMax];
+  const int64_t base = ((int64_t{i} * (g.cout / g.block) + grp * 8 / g.block) * ph * pw) * g.block +
+                       grp * 8 % g.block;
+  for (int py = 0; py < ph; ++py) {
+    for (int r = 0; r < pk; ++r) forward_row(g, xp, wg, b, py * pk + r, rows + r * g.ow * 8, 8);
+    for (int px = 0; px < pw; ++px) {
+      const float* win = rows + px * pk * 8;
+      v8 m = load8(win), at{};
+      for (int q = 1; q < pk * pk; ++q) {
+        const v8 v = load8(win + ((q / pk) * g.ow + q % pk) * 8);
+        const auto take = v > m || v != v;  // NaN wins, as in the pooling's own loops
+        m = take ? v : m;
+        at = take ? splat(static_cast<float>(q)) : at;
+      }
+      at = m > 0.0f ? at : splat(-1.0f);
+      const int64_t o = base + (int64_t{py} * pw + px) * g.block;
+      store8(pooled + o, m);
+      for (int j = 0; j < 8; ++j) positions[o + j] = static_cast<int32_t>(at[j]);
+    }
   }
 }
 
@@ -142,6 +186,8 @@ DDPV_INLINE void weight_grad_group(const Geometry& g, int n, int grp, const floa
   if (db != nullptr) store8(db + grp * 8, bacc);
 }
 
+inline int64_t image_of(const Geometry& g) { return int64_t{g.h + 2 * g.p} * (g.w + 2 * g.p); }
+
 // clang-format off
 #define DDPV_SINGLE_CHANNEL_LOOPS(suffix, attributes)                                             \
   attributes void forward_##suffix(const Geometry& g, int n, const float* xp, const float* wv,   \
@@ -152,6 +198,15 @@ DDPV_INLINE void weight_grad_group(const Geometry& g, int n, int grp, const floa
     for (int i = 0; i < n; ++i)                                                                  \
       for (int grp = 0; grp < g.cout / 8; ++grp)                                                 \
         forward_item(g, i, grp, xp + i * image, wv, bias, y);                                    \
+  }                                                                                              \
+  attributes void forward_pooled_##suffix(const Geometry& g, int pk, int n, const float* xp,     \
+                                          const float* wv, const float* bias, float* pooled,    \
+                                          int32_t* positions) {                                 \
+    const bool big = int64_t{n} * g.oh * g.ow * g.cout >= (1 << 16);                            \
+    _Pragma("omp parallel for collapse(2) schedule(static) if (big)")                            \
+    for (int i = 0; i < n; ++i)                                                                  \
+      for (int grp = 0; grp < g.cout / 8; ++grp)                                                 \
+        forward_pooled_item(g, pk, i, grp, xp + i * image_of(g), wv, bias, pooled, positions);   \
   }                                                                                              \
   attributes void weight_grad_##suffix(const Geometry& g, int n, const float* xp, const float* dy, \
                                        float* dwv, float* db) {                                   \
@@ -187,13 +242,30 @@ class SingleChannelConv2d final : public Conv2dOp {
   void forward(int n, const float* x, const float* w, const float* b, float* y) override {
     check_conv_forward(cfg_, n, b);
     ctx_.bind_threads();
-    // w (Cout, 1, K, K) -> [Cout / 8][K][K][8]
-    const int kk = g_.k * g_.k;
-    for (int co = 0; co < g_.cout; ++co)
-      for (int t = 0; t < kk; ++t) wv_[(size_t(co / 8) * kk + t) * 8 + co % 8] = w[co * kk + t];
+    pack_weights(w);
     pad(n, x);
     (kAvx2 ? forward_avx2 : forward_baseline)(g_, n, xp_.data(), wv_.data(),
                                               cfg_.bias ? b : nullptr, y);
+  }
+
+  bool fuse_max_pool(int kernel) override {
+    if (!g_.relu || (kernel != 2 && kernel != 3) || g_.oh < kernel || g_.ow < kernel ||
+        int64_t{kernel} * g_.ow * 8 > kPooledRowsMax) {
+      return false;
+    }
+    pool_kernel_ = kernel;
+    return true;
+  }
+
+  void forward_pooled(int n, const float* x, const float* w, const float* b, float* pooled,
+                      int32_t* positions) override {
+    check_conv_forward(cfg_, n, b);
+    DDPV_CHECK(pool_kernel_ > 0, "single-channel conv: forward_pooled without fuse_max_pool");
+    ctx_.bind_threads();
+    pack_weights(w);
+    pad(n, x);
+    (kAvx2 ? forward_pooled_avx2 : forward_pooled_baseline)(
+        g_, pool_kernel_, n, xp_.data(), wv_.data(), cfg_.bias ? b : nullptr, pooled, positions);
   }
 
   void backward(int n, const float* x, const float* w, const float* dy, float* dx, float* dw,
@@ -215,6 +287,13 @@ class SingleChannelConv2d final : public Conv2dOp {
   }
 
  private:
+  // w (Cout, 1, K, K) -> [Cout / 8][K][K][8]
+  void pack_weights(const float* w) {
+    const int kk = g_.k * g_.k;
+    for (int co = 0; co < g_.cout; ++co)
+      for (int t = 0; t < kk; ++t) wv_[(size_t(co / 8) * kk + t) * 8 + co % 8] = w[co * kk + t];
+  }
+
   void pad(int n, const float* x) {
     const size_t size = size_t(n) * (g_.h + 2 * g_.p) * (g_.w + 2 * g_.p);
     if (xp_.size() < size) xp_.resize(size);
@@ -249,6 +328,7 @@ class SingleChannelConv2d final : public Conv2dOp {
   Geometry g_;
   std::vector<float> wv_, db_;  // weights (and their gradient) by 8 channels; bias gradient
   std::vector<float> xp_;       // the padded input (grow-only)
+  int pool_kernel_ = 0;         // Note [Max pooling fused into the convolution]
 };
 
 }  // namespace

@@ -156,6 +156,14 @@ class CpuMaxPool2d final : public Pool2dOp {
 
   bool fold_relu_backward() override { return relu_ = true; }
 
+  int32_t* positions_for(int n) override {
+    if (!tiled_ || !relu_) return nullptr;
+    check_batch("max_pool2d", n);
+    arg_.resize(static_cast<size_t>(int64_t{n} * cfg_.channels * cfg_.out_h() * cfg_.out_w()));
+    last_n_ = n;
+    return arg_.data();
+  }
+
   void forward(int n, const float* x, float* y) override {
     check_batch("max_pool2d", n);
     ctx_.bind_threads();
