@@ -15,15 +15,16 @@ Shape Sequence::setup(Backend& backend, const Shape& in) {
   }
   acts_.resize(layers_.size());
   fused_.assign(layers_.size(), 0);
+  folded_.assign(layers_.size(), 0);
+  pooled_.assign(layers_.size(), 0);
+  if (!backend.fuse_layers()) return s;  // every layer on its own
   for (size_t i = 1; i < layers_.size(); ++i)
     fused_[i] = layers_[i]->is_relu() && layers_[i - 1]->fuse_relu();
-  folded_.assign(layers_.size(), 0);
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (!layers_[i]->is_relu()) continue;
     folded_[i] = (fused_[i] && layers_[i - 1]->fuses_relu_backward()) ||
                  (i + 1 < layers_.size() && layers_[i + 1]->fold_relu_backward());
   }
-  pooled_.assign(layers_.size(), 0);
   for (size_t i = 0; i + 2 < layers_.size(); ++i)
     pooled_[i] = fused_[i + 1] && folded_[i + 1] && layers_[i]->fuse_max_pool(*layers_[i + 2]);
   return s;

@@ -2,6 +2,7 @@
 // bad-input errors, gradient accumulation, and a small end-to-end learning check.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <set>
 
 #include "ddpv/core/rng.hpp"
@@ -172,6 +173,90 @@ TEST(ModelTest, Resnet20FusesBatchNormReluPairs) {
   auto m = make_model("resnet20", *be, Shape{32, 32, 3}, 10);
   const std::string summary = m->summary();
   EXPECT_NE(summary.find("bn1: batchnorm (+ relu)"), std::string::npos) << summary;
+}
+
+// docs/architecture.md, "Layer fusion": with every fusion on (the default) and with
+// BackendOptions::fuse_layers off, the same model on the same convolution algorithms gives the
+// same training logits, parameter gradients, batch statistics and evaluation logits, to
+// rounding. The unfused summary names no fusion.
+TEST(ModelTest, FusedLayersComputeWhatSeparateLayersCompute) {
+  struct Case {
+    const char* model;
+    Shape input;
+  };
+  for (const Case& cs : {Case{"lenet", Shape{28, 28, 1}}, Case{"resnet20", Shape{32, 32, 3}}}) {
+    SCOPED_TRACE(cs.model);
+    BackendOptions o;
+    o.threads = 1;
+    auto fused_be = make_backend(o);
+    o.fuse_layers = false;
+    auto plain_be = make_backend(o);
+    auto fused = make_model(cs.model, *fused_be, cs.input, 10);
+    auto plain = make_model(cs.model, *plain_be, cs.input, 10);
+    EXPECT_NE(fused->summary().find("+ relu"), std::string::npos) << fused->summary();
+    EXPECT_EQ(plain->summary().find("+ relu"), std::string::npos) << plain->summary();
+    EXPECT_EQ(plain->summary().find("+ maxpool"), std::string::npos) << plain->summary();
+    fused->init_parameters(8);
+    plain->init_parameters(8);
+    const int n = 4;
+    auto xs = test::random_vector(static_cast<size_t>(n * cs.input.numel()), 9);
+    std::vector<int32_t> ys{1, 7, 3, 0};
+    struct Out {
+      std::vector<float> logits, grads, buffers, eval;
+    };
+    auto run = [&](Backend& be, Model& m) {
+      Tensor x =
+          Tensor::wrap(xs.data(), Shape{n, cs.input[0], cs.input[1], cs.input[2]}, DType::kF32);
+      Out out;
+      const Tensor& logits = m.forward(x, true);
+      out.logits.assign(logits.data<float>(), logits.data<float>() + n * 10);
+      auto loss = be.softmax_cross_entropy(10);
+      Tensor dl = Tensor::empty(Shape{n, 10}, DType::kF32);
+      loss->forward(n, logits.data<float>(), ys.data());
+      loss->backward(n, ys.data(), dl.data<float>(), 1.0f);
+      m.backward(dl, false);
+      out.grads.assign(m.grad_data(), m.grad_data() + m.param_count());
+      out.buffers.assign(m.buffer_data(), m.buffer_data() + m.buffer_count());
+      const Tensor& e = m.forward(x, false);
+      out.eval.assign(e.data<float>(), e.data<float>() + n * 10);
+      return out;
+    };
+    const Out a = run(*fused_be, *fused), b = run(*plain_be, *plain);
+    auto largest = [](const std::vector<float>& v) {
+      float l = 0;
+      for (float x : v) l = std::max(l, std::abs(x));
+      return l;
+    };
+    EXPECT_LE(test::max_rel_error(a.logits, b.logits, largest(b.logits)), 1e-6) << "logits";
+    EXPECT_LE(test::max_rel_error(a.grads, b.grads, largest(b.grads)), 1e-5) << "gradients";
+    EXPECT_LE(test::max_rel_error(a.buffers, b.buffers, largest(b.buffers)), 1e-6) << "buffers";
+    EXPECT_LE(test::max_rel_error(a.eval, b.eval, largest(b.eval)), 1e-6) << "eval logits";
+  }
+}
+
+// DDPV_CPU_FUSE=off turns the fusions off whatever the option says; a value other than on or
+// off is refused, naming the variable (as DDPV_CPU_CONV's is).
+TEST(ModelTest, FusionSwitchFromTheEnvironment) {
+  BackendOptions o;
+  o.threads = 1;
+  ::setenv("DDPV_CPU_FUSE", "off", 1);
+  EXPECT_FALSE(make_backend(o)->fuse_layers());
+  ::setenv("DDPV_CPU_FUSE", "on", 1);
+  EXPECT_TRUE(make_backend(o)->fuse_layers());
+  o.fuse_layers = false;
+  EXPECT_FALSE(make_backend(o)->fuse_layers());
+  o.fuse_layers = true;
+  for (auto [name, value] : {std::pair{"DDPV_CPU_FUSE", "yes"}, {"DDPV_CPU_CONV", "fft"}}) {
+    ::setenv(name, value, 1);
+    try {
+      make_backend(o);
+      ADD_FAILURE() << name << "=" << value << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(e.message().find(name), std::string::npos) << e.message();
+    }
+    ::unsetenv(name);
+  }
+  EXPECT_TRUE(make_backend(o)->fuse_layers());
 }
 
 // A single process learns a small separable problem: lenet on images whose class is the

@@ -229,6 +229,10 @@ struct BackendOptions {
   // CPU: how stride-1 3x3 and 5x5 convolutions compute (Note [Winograd convolution]); kAuto
   // (or the DDPV_CPU_CONV environment variable: "auto", "direct" or "winograd") picks per layer.
   ConvAlgorithm conv_algorithm = ConvAlgorithm::kAuto;
+  // CPU: let layers merge with their neighbours (docs/architecture.md, "Layer fusion"); false
+  // (or the DDPV_CPU_FUSE environment variable set to "off") runs every layer on its own, for
+  // comparisons and for ruling a fusion out when results look wrong.
+  bool fuse_layers = true;
 };
 
 class Backend {
@@ -284,6 +288,9 @@ class Backend {
   virtual void relayout(int n, int h, int w, int c, int from, int to, const float* x, float* y) = 0;
   // The activation block this backend prefers (Note [Blocked activations]); 0: NHWC.
   virtual int activation_block() const { return 0; }
+  // Whether a Sequence may ask its layers to merge with their neighbours (the ops still decide
+  // what they can do: docs/architecture.md, "Layer fusion").
+  virtual bool fuse_layers() const { return true; }
 
   // One fused SGD step over the flat arena, PyTorch semantics (spans cover [0, count) exactly
   // once; momentum may be null only when cfg.momentum == 0):

@@ -53,6 +53,15 @@ ConvAlgorithm conv_algorithm(ConvAlgorithm option) {
                            : ConvAlgorithm::kAuto;
 }
 
+// DDPV_CPU_FUSE=off runs every layer on its own whatever the option says; =on keeps the option.
+bool fuse_layers_option(bool option) {
+  const char* env = std::getenv("DDPV_CPU_FUSE");
+  if (env == nullptr) return option;
+  const std::string v = env;
+  DDPV_CHECK(v == "on" || v == "off", "DDPV_CPU_FUSE must be on or off, got '", v, "'");
+  return option && v == "on";
+}
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const BackendOptions& options) {
@@ -65,6 +74,7 @@ class CpuBackend final : public Backend {
     ctx_.threads = options.threads;
     ctx_.block = options.activation_block >= 0 ? options.activation_block : preferred_block();
     ctx_.conv = conv_algorithm(options.conv_algorithm);
+    fuse_ = fuse_layers_option(options.fuse_layers);
     DDPV_CHECK(ctx_.block == 0 || ctx_.block == 8 || ctx_.block == 16,
                "the CPU backend keeps activations in NHWC (block 0) or in blocks of 8 or 16 "
                "channels, not ",
@@ -209,12 +219,14 @@ class CpuBackend final : public Backend {
   }
 
   int activation_block() const override { return ctx_.block; }
+  bool fuse_layers() const override { return fuse_; }
 
   void sgd_update(const SgdConfig& cfg, const std::vector<ParamSpan>& spans, int64_t count,
                   float* param, const float* grad, float* momentum) override;
 
  private:
   cpu::CpuContext ctx_;
+  bool fuse_ = true;  // docs/architecture.md, "Layer fusion"
 };
 
 // Note [Fused SGD]: one pass over each span applies PyTorch's torch.optim.SGD (dampening 0):
