@@ -192,12 +192,11 @@ inline int64_t image_of(const Geometry& g) { return int64_t{g.h + 2 * g.p} * (g.
 #define DDPV_SINGLE_CHANNEL_LOOPS(suffix, attributes)                                             \
   attributes void forward_##suffix(const Geometry& g, int n, const float* xp, const float* wv,   \
                                    const float* bias, float* y) {                               \
-    const int64_t image = int64_t{g.h + 2 * g.p} * (g.w + 2 * g.p);                              \
     const bool big = int64_t{n} * g.oh * g.ow * g.cout >= (1 << 16);                            \
     _Pragma("omp parallel for collapse(2) schedule(static) if (big)")                            \
     for (int i = 0; i < n; ++i)                                                                  \
       for (int grp = 0; grp < g.cout / 8; ++grp)                                                 \
-        forward_item(g, i, grp, xp + i * image, wv, bias, y);                                    \
+        forward_item(g, i, grp, xp + i * image_of(g), wv, bias, y);                              \
   }                                                                                              \
   attributes void forward_pooled_##suffix(const Geometry& g, int pk, int n, const float* xp,     \
                                           const float* wv, const float* bias, float* pooled,    \
