@@ -32,12 +32,7 @@ class ResidualBlock final : public Layer {
     check_input(x);
     const Tensor& m = main_.forward(x, training);
     const Tensor& s = shortcut_.forward(x, training);
-    if (backend_->fuse_layers()) {
-      backend_->add_relu(y.numel(), m.data<float>(), s.data<float>(), y.data<float>());
-    } else {
-      backend_->add(y.numel(), m.data<float>(), s.data<float>(), y.data<float>());
-      backend_->relu_forward(y.numel(), y.data<float>(), y.data<float>());
-    }
+    backend_->add_relu(y.numel(), m.data<float>(), s.data<float>(), y.data<float>());
   }
 
   void backward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx, bool accumulate,

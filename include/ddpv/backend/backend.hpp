@@ -267,7 +267,8 @@ class Backend {
   virtual void relu_forward(int64_t count, const float* x, float* y) = 0;
   virtual void relu_backward(int64_t count, const float* y, const float* dy, float* dx) = 0;
   virtual void add(int64_t count, const float* a, const float* b, float* y) = 0;  // y = a + b
-  // y = relu(a + b), a residual block's output; one pass where the backend has it.
+  // y = relu(a + b), a residual block's output; one pass where the backend has it and
+  // fuse_layers() is on.
   virtual void add_relu(int64_t count, const float* a, const float* b, float* y) {
     add(count, a, b, y);
     relu_forward(count, y, y);

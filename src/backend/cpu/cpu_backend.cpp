@@ -150,6 +150,7 @@ class CpuBackend final : public Backend {
   }
 
   void add_relu(int64_t count, const float* a, const float* b, float* y) override {
+    if (!fuse_) return Backend::add_relu(count, a, b, y);  // two passes, as separate layers
     ctx_.bind_threads();
 #pragma omp parallel for simd if (count >= kParallelMin)
     for (int64_t i = 0; i < count; ++i) {

@@ -158,23 +158,18 @@ class CpuMaxPool2d final : public Pool2dOp {
 
   int32_t* positions_for(int n) override {
     if (!tiled_ || !relu_) return nullptr;
-    check_batch("max_pool2d", n);
-    arg_.resize(static_cast<size_t>(int64_t{n} * cfg_.channels * cfg_.out_h() * cfg_.out_w()));
-    last_n_ = n;
-    return arg_.data();
+    return record(n);
   }
 
   void forward(int n, const float* x, float* y) override {
-    check_batch("max_pool2d", n);
+    record(n);
     ctx_.bind_threads();
     const int64_t outer = int64_t{n} * cfg_.channels / inner_;
-    arg_.resize(static_cast<size_t>(outer * cfg_.out_h() * cfg_.out_w() * inner_));
     if (tiled_) {
       forward_tiled(outer, x, y);
     } else {
       forward_any(outer, x, y);
     }
-    last_n_ = n;
   }
 
   void backward(int n, const float* dy, float* dx) override {
@@ -192,6 +187,14 @@ class CpuMaxPool2d final : public Pool2dOp {
   }
 
  private:
+  // The window-position record of a forward of n images, which backward then reads.
+  int32_t* record(int n) {
+    check_batch("max_pool2d", n);
+    arg_.resize(static_cast<size_t>(int64_t{n} * cfg_.channels * cfg_.out_h() * cfg_.out_w()));
+    last_n_ = n;
+    return arg_.data();
+  }
+
   void forward_tiled(int64_t outer, const float* x, float* y) {
     const int h = cfg_.in_h, w = cfg_.in_w, oh = cfg_.out_h(), ow = cfg_.out_w(), k = cfg_.kernel;
     const int64_t c = inner_;
