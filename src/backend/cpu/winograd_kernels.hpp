@@ -45,15 +45,22 @@ struct Splat {
 // for bt, and likewise for the adjoints. Vectors are read and written with strides, so one
 // helper serves the columns and the rows of a tile.
 
+// Note [Paired points]: the sums and differences of the entries at the paired points +x and
+// -x, positions 1 + 2q and 2 + 2q, q < P.
+template <int P>
+inline void paired(const v8* in, int is, v8* sum, v8* dif) {
+  for (int q = 0; q < P; ++q) {
+    sum[q] = in[(1 + 2 * q) * is] + in[(2 + 2 * q) * is];
+    dif[q] = in[(1 + 2 * q) * is] - in[(2 + 2 * q) * is];
+  }
+}
+
 // out[i] = sum over k < A of at[i][k] in[k], i < M
 template <int A, int M>
 inline void at_1d(const v8* at, const v8* in, int is, v8* out, int os) {
   constexpr int P = (A - 2) / 2;
   v8 sum[P], dif[P];
-  for (int q = 0; q < P; ++q) {
-    sum[q] = in[(1 + 2 * q) * is] + in[(2 + 2 * q) * is];
-    dif[q] = in[(1 + 2 * q) * is] - in[(2 + 2 * q) * is];
-  }
+  paired<P>(in, is, sum, dif);
   for (int i = 0; i < M; ++i) {
     v8 acc = i == 0 ? in[0] : v8{};
     for (int q = 0; q < P; ++q) acc += at[i * A + 1 + 2 * q] * (i % 2 == 0 ? sum[q] : dif[q]);
@@ -106,10 +113,7 @@ template <int A>
 inline void bt_adjoint_1d(const v8* bt, const v8* in, int is, v8* out, int os) {
   constexpr int P = (A - 2) / 2;
   v8 sum[P], dif[P];
-  for (int q = 0; q < P; ++q) {
-    sum[q] = in[(1 + 2 * q) * is] + in[(2 + 2 * q) * is];
-    dif[q] = in[(1 + 2 * q) * is] - in[(2 + 2 * q) * is];
-  }
+  paired<P>(in, is, sum, dif);
   for (int j = 0; j < A; ++j) {
     v8 acc{};
     if (j % 2 == 0) {
