@@ -60,13 +60,30 @@ class Conv2dLayer final : public WeightedLayer<Conv2dOp> {
                ": its max pooling cannot be fused (internal)");
     op_->forward_pooled(n, x.data<float>(), weight_.value, has_bias_ ? bias_.value : nullptr,
                         pooled.data<float>(), positions);
+    positions_ = positions;
+    pooled_n_ = n;
+  }
+
+  void backward_pooled(const Tensor& x, const Tensor& dpooled, Tensor* dx, bool accumulate,
+                       const GradReadyFn& ready) override {
+    const int n = static_cast<int>(x.shape()[0]);
+    DDPV_CHECK(positions_ != nullptr && n == pooled_n_, "layer ", name_,
+               ": backward of a batch of ", n, " after a pooled forward of ", pooled_n_,
+               " (internal)");
+    op_->backward_pooled(n, x.data<float>(), weight_.value, dpooled.data<float>(), positions_,
+                         dx ? dx->data<float>() : nullptr, weight_.grad,
+                         has_bias_ ? bias_.grad : nullptr, accumulate);
+    if (has_bias_) report(bias_, ready);
+    report(weight_, ready);
   }
 
  private:
   Conv2dConfig cfg_;
   bool fan_out_init_;
   bool relu_fused_ = false;
-  Pool2dOp* pool_ = nullptr;  // Note [Max pooling fused into the convolution]
+  Pool2dOp* pool_ = nullptr;            // Note [Max pooling fused into the convolution]
+  const int32_t* positions_ = nullptr;  // what the last forward_pooled recorded, for pooled_n_
+  int pooled_n_ = 0;
 };
 
 class BatchNorm2dLayer final : public Layer {

@@ -67,7 +67,9 @@ void Sequence::backward(const Tensor& x, const Tensor& dy, Tensor* dx, bool accu
   Tensor upstream = dy;
   int next = 0;
   for (size_t k = layers_.size(); k-- > 0;) {
-    if (folded_[k]) {  // a neighbour applies this ReLU's backward: the gradient passes through
+    // A ReLU whose backward a neighbour applies, or a pooling fused into layer k - 2 (Note
+    // [Pooled weight gradient]): the gradient passes through.
+    if (folded_[k] || (k >= 2 && pooled_[k - 2])) {
       if (k == 0 && dx)
         backend_->copy(dx->raw(), dx->device(), upstream.raw(), upstream.device(),
                        upstream.nbytes());
@@ -82,7 +84,11 @@ void Sequence::backward(const Tensor& x, const Tensor& dy, Tensor* dx, bool accu
       view = Tensor::wrap(grad_buf_[next].raw(), in.shape(), DType::kF32, in.device());
       down = &view;
     }
-    layers_[k]->backward(in, acts_[k], upstream, down, accumulate, ready);
+    if (pooled_[k]) {
+      layers_[k]->backward_pooled(in, upstream, down, accumulate, ready);
+    } else {
+      layers_[k]->backward(in, acts_[k], upstream, down, accumulate, ready);
+    }
     if (k > 0) {
       upstream = view;
       next ^= 1;

@@ -33,7 +33,8 @@ class Sequence {
   // pooling]) or layer i - 1 (Note [BatchNorm + ReLU]) applies
   std::vector<char> folded_;
   // pooled_[i]: layer i writes layer i + 2's output (Note [Max pooling fused into the
-  // convolution]: conv, ReLU, max pooling); layers i + 1 and i + 2 run no forward
+  // convolution]: conv, ReLU, max pooling) and takes its gradient (Note [Pooled weight
+  // gradient]); layers i + 1 and i + 2 run neither forward nor backward
   std::vector<char> pooled_;
   // Note [Ping-pong gradients]: the gradient flowing between layers only lives for one layer's
   // backward, so two buffers of the largest activation serve the whole chain.

@@ -270,10 +270,69 @@ TEST(ConvOpFusedRelu, RectifiesTheOutputWhereTheOpCan) {
   EXPECT_FALSE(direct->fuse_relu());
 }
 
+// The separate ReLU and max pooling layers, naively, on a convolution's output y (NHWC): the
+// pooled output (each window's largest rectified value) and the gradient of y that the
+// pooling's backward gives for dpooled (at each window's first largest value where that value
+// is positive, zero elsewhere, uncovered rows and columns included).
+struct NaivePooling {
+  std::vector<double> pooled, dy;
+};
+NaivePooling naive_relu_max_pool(std::vector<double> y, const std::vector<float>& dpooled, int n,
+                                 int oh, int ow, int co, int pk) {
+  const int ph = oh / pk, pw = ow / pk;
+  NaivePooling r{std::vector<double>(static_cast<size_t>(n) * ph * pw * co),
+                 std::vector<double>(y.size(), 0.0)};
+  for (double& v : y) v = std::max(v, 0.0);
+  for (int i = 0; i < n; ++i)
+    for (int py = 0; py < ph; ++py)
+      for (int px = 0; px < pw; ++px)
+        for (int k = 0; k < co; ++k) {
+          size_t best = 0;
+          double m = -1;
+          for (int a = 0; a < pk; ++a)
+            for (int b = 0; b < pk; ++b) {
+              const size_t at = ((size_t(i) * oh + py * pk + a) * ow + px * pk + b) * co + k;
+              if (y[at] > m) m = y[at], best = at;
+            }
+          const size_t o = ((size_t(i) * ph + py) * pw + px) * co + k;
+          r.pooled[o] = m;
+          if (m > 0) r.dy[best] = dpooled[o];
+        }
+  return r;
+}
+
+// A single-channel conv with its max pooling fused (Note [Max pooling fused into the
+// convolution]) and the pooling op whose positions it records.
+struct FusedPooling {
+  std::unique_ptr<Conv2dOp> op;
+  std::unique_ptr<Pool2dOp> pool;
+  int32_t* positions = nullptr;
+};
+FusedPooling fuse_pooling(Backend& backend, const Conv2dConfig& c, int n, int pk) {
+  FusedPooling f;
+  f.op = backend.conv2d(c);
+  EXPECT_EQ(f.op->algorithm(), "single-channel direct");
+  EXPECT_FALSE(f.op->fuse_max_pool(pk)) << "pooling before the ReLU is fused";
+  EXPECT_TRUE(f.op->fuse_relu());
+  EXPECT_TRUE(f.op->fuse_max_pool(pk));
+  Pool2dConfig pc;
+  pc.kind = PoolKind::kMax;
+  pc.channels = c.out_channels;
+  pc.in_h = c.out_h();
+  pc.in_w = c.out_w();
+  pc.kernel = pc.stride = pk;
+  pc.block = c.out_block;
+  f.pool = backend.pool2d(pc);
+  EXPECT_EQ(f.pool->positions_for(n), nullptr) << "before the ReLU's backward is folded";
+  EXPECT_TRUE(f.pool->fold_relu_backward());
+  f.positions = f.pool->positions_for(n);
+  EXPECT_NE(f.positions, nullptr);
+  return f;
+}
+
 // Note [Max pooling fused into the convolution]: the single-channel op's forward_pooled gives
 // the max pooling of its rectified output, and the positions it records make the pooling's
-// backward give what the separate layers give (the gradient at each window's first largest
-// value where that value is positive, zero elsewhere, uncovered rows and columns included).
+// backward give what the separate layers give.
 TEST(ConvOpSingleChannel, PoolsItsOwnOutputWhenFused) {
   uint64_t seed = 2500;
   for (int block : {0, 8}) {
@@ -286,60 +345,103 @@ TEST(ConvOpSingleChannel, PoolsItsOwnOutputWhenFused) {
       Conv2dConfig c = cc.config();
       c.out_block = block_for(c.out_channels, block);
       SCOPED_TRACE(cc.str() + " block " + std::to_string(block) + " pool " + std::to_string(pk));
-      auto op = backend->conv2d(c);
-      ASSERT_EQ(op->algorithm(), "single-channel direct");
-      EXPECT_FALSE(op->fuse_max_pool(pk)) << "pooling before the ReLU is fused";
-      ASSERT_TRUE(op->fuse_relu());
-      ASSERT_TRUE(op->fuse_max_pool(pk));
-      Pool2dConfig pc;
-      pc.kind = PoolKind::kMax;
-      pc.channels = c.out_channels;
-      pc.in_h = c.out_h();
-      pc.in_w = c.out_w();
-      pc.kernel = pc.stride = pk;
-      pc.block = c.out_block;
-      auto pool = backend->pool2d(pc);
-      EXPECT_EQ(pool->positions_for(cc.n), nullptr) << "before the ReLU's backward is folded";
-      ASSERT_TRUE(pool->fold_relu_backward());
-      int32_t* positions = pool->positions_for(cc.n);
-      ASSERT_NE(positions, nullptr);
+      FusedPooling f = fuse_pooling(*backend, c, cc.n, pk);
+      ASSERT_NE(f.positions, nullptr);
 
       ConvProblem p(backend.get(), c, cc.n, seed);
-      const int oh = c.out_h(), ow = c.out_w(), ph = pc.out_h(), pw = pc.out_w(), co = 16;
-      const int64_t ohw = int64_t{oh} * ow, phw = int64_t{ph} * pw;
+      const int oh = c.out_h(), ow = c.out_w(), co = 16;
+      const int64_t ohw = int64_t{oh} * ow, phw = int64_t{oh / pk} * (ow / pk);
       const size_t npooled = static_cast<size_t>(cc.n * phw * co);
       const auto dy = random_vector(npooled, seed++);
       DeviceBuffer pooled(backend.get(), std::vector<float>(npooled, 1e30f)),
           dy_(backend.get(), nhwc_to_blocked(dy, cc.n, phw, co, c.out_block)),
           dx_(backend.get(), std::vector<float>(static_cast<size_t>(cc.n * ohw * co), 1e30f));
-      op->forward_pooled(cc.n, p.x_.data(), p.w_.data(), p.b_.data(), pooled.data(), positions);
-      pool->backward(cc.n, dy_.data(), dx_.data());
+      f.op->forward_pooled(cc.n, p.x_.data(), p.w_.data(), p.b_.data(), pooled.data(), f.positions);
+      f.pool->backward(cc.n, dy_.data(), dx_.data());
 
-      // The separate layers, naively: rectify, take each window's first largest, send dy there
-      // when it is positive.
-      std::vector<double> y = p.y_ref(), want_pooled(npooled), want_dx(y.size(), 0.0);
-      for (double& v : y) v = std::max(v, 0.0);
-      for (int i = 0; i < cc.n; ++i)
-        for (int py = 0; py < ph; ++py)
-          for (int px = 0; px < pw; ++px)
-            for (int k = 0; k < co; ++k) {
-              size_t best = 0;
-              double m = -1;
-              for (int a = 0; a < pk; ++a)
-                for (int b = 0; b < pk; ++b) {
-                  const size_t at = ((size_t(i) * oh + py * pk + a) * ow + px * pk + b) * co + k;
-                  if (y[at] > m) m = y[at], best = at;
-                }
-              const size_t o = ((size_t(i) * ph + py) * pw + px) * co + k;
-              want_pooled[o] = m;
-              if (m > 0) want_dx[best] = dy[o];
-            }
+      const NaivePooling want = naive_relu_max_pool(p.y_ref(), dy, cc.n, oh, ow, co, pk);
       EXPECT_TRUE(all_close(blocked_to_nhwc(pooled.to_host(), cc.n, phw, co, c.out_block),
-                            want_pooled, 1e-5, 1e-5))
+                            want.pooled, 1e-5, 1e-5))
           << "pooled";
       EXPECT_TRUE(
-          all_close(blocked_to_nhwc(dx_.to_host(), cc.n, ohw, co, c.out_block), want_dx, 0, 0))
+          all_close(blocked_to_nhwc(dx_.to_host(), cc.n, ohw, co, c.out_block), want.dy, 0, 0))
           << "dx of the pooling";
+    }
+  }
+}
+
+// Note [Pooled weight gradient]: backward_pooled gives the weight, bias (and, when asked, input)
+// gradients of the naive loops for the gradient the separate pooling and ReLU would pass down:
+// kernels the pooled loops take (3, 5, 7) and one they leave to the dense path (4), strides 1
+// and 2, both layouts, one thread and three (slices by image), overwriting and accumulating.
+TEST(ConvOpSingleChannel, TakesThePooledGradientInBackward) {
+  struct Case {
+    ConvCase cc;
+    int pk, block, threads;
+    bool with_dx;
+  };
+  const Case cases[] = {
+      {{2, 1, 16, 9, 7, 3, 1, 1, true}, 2, 0, 1, false},  // partial windows at the edge
+      {{2, 1, 16, 9, 7, 3, 1, 1, true}, 3, 8, 1, false},
+      {{3, 1, 24, 12, 11, 5, 1, 2, true}, 2, 8, 1, false},
+      {{3, 1, 8, 13, 13, 7, 2, 3, false}, 2, 0, 1, false},   // stride 2, no bias
+      {{16, 1, 16, 28, 28, 5, 1, 2, true}, 2, 0, 3, false},  // threads: slices of images
+      {{16, 1, 32, 28, 28, 5, 1, 2, true}, 2, 8, 3, false},
+      {{2, 1, 16, 10, 10, 4, 1, 1, true}, 2, 0, 1, false},  // dense path: 4 taps
+      {{2, 1, 16, 9, 9, 5, 1, 2, true}, 2, 8, 1, true},     // dense path: dx wanted
+  };
+  uint64_t seed = 2600;
+  for (const Case& k : cases) {
+    BackendOptions o;
+    o.threads = k.threads;
+    o.activation_block = k.block;
+    auto backend = make_backend(o);
+    Conv2dConfig c = k.cc.config();
+    c.out_block = block_for(c.out_channels, k.block);
+    SCOPED_TRACE(k.cc.str() + " block " + std::to_string(k.block) + " pool " +
+                 std::to_string(k.pk) + " threads " + std::to_string(k.threads) +
+                 (k.with_dx ? " with dx" : ""));
+    FusedPooling f = fuse_pooling(*backend, c, k.cc.n, k.pk);
+    ASSERT_NE(f.positions, nullptr);
+    ConvProblem p(backend.get(), c, k.cc.n, seed);
+    const int oh = c.out_h(), ow = c.out_w(), co = c.out_channels;
+    const int64_t phw = int64_t{oh / k.pk} * (ow / k.pk);
+    const size_t npooled = static_cast<size_t>(k.cc.n * phw * co);
+    const auto dpooled = random_vector(npooled, seed++);
+    DeviceBuffer pooled(backend.get(), std::vector<float>(npooled, 1e30f)),
+        dp(backend.get(), nhwc_to_blocked(dpooled, k.cc.n, phw, co, c.out_block));
+    f.op->forward_pooled(k.cc.n, p.x_.data(), p.w_.data(), c.bias ? p.b_.data() : nullptr,
+                         pooled.data(), f.positions);
+
+    const NaivePooling want = naive_relu_max_pool(p.y_ref(), dpooled, k.cc.n, oh, ow, co, k.pk);
+    size_t live = 0;
+    for (double v : want.dy) live += v != 0;
+    ASSERT_GT(live, npooled / 4) << "the case must send gradient down";
+    ASSERT_LT(live, npooled) << "the case must have windows the ReLU closes";
+    const ConvGrads ref =
+        conv_backward_ref(c, k.cc.n, p.x, p.w, std::vector<float>(want.dy.begin(), want.dy.end()));
+    for (bool accumulate : {false, true}) {
+      SCOPED_TRACE(accumulate ? "accumulate" : "overwrite");
+      const auto w0 = random_vector(p.w.size(), seed++), b0 = random_vector(p.b.size(), seed++);
+      DeviceBuffer gw(backend.get(), w0), gb(backend.get(), b0);
+      f.op->backward_pooled(k.cc.n, p.x_.data(), p.w_.data(), dp.data(), f.positions,
+                            k.with_dx ? p.gx.data() : nullptr, gw.data(),
+                            c.bias ? gb.data() : nullptr, accumulate);
+      std::vector<double> dw = ref.dw, db = ref.db;
+      if (accumulate) {
+        for (size_t i = 0; i < dw.size(); ++i) dw[i] += w0[i];
+        for (size_t i = 0; i < db.size(); ++i) db[i] += b0[i];
+      }
+      EXPECT_TRUE(all_close(gw.to_host(), dw, 1e-5, 1e-5)) << "dw";
+      if (c.bias) {
+        EXPECT_TRUE(all_close(gb.to_host(), db, 1e-5, 1e-5)) << "db";
+      } else {
+        EXPECT_TRUE(all_close(gb.to_host(), std::vector<double>(b0.begin(), b0.end()), 0, 0))
+            << "no bias: db untouched";
+      }
+      if (k.with_dx) {
+        EXPECT_TRUE(all_close(p.dx(), ref.dx, 1e-5, 1e-5)) << "dx";
+      }
     }
   }
 }

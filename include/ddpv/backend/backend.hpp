@@ -103,8 +103,16 @@ class Conv2dOp {
   // has it. forward_pooled writes the pooling's output (N, OH / k, OW / k, Cout) in y's layout
   // and the window positions as Pool2dOp::positions_for wants them, not y itself.
   virtual bool fuse_max_pool(int /*kernel*/) { return false; }
-  virtual void forward_pooled(int /*n*/, const float* /*x*/, const float* /*w*/,
-                              const float* /*b*/, float* /*pooled*/, int32_t* /*positions*/) {
+  virtual void forward_pooled(int /*n*/, const float* /*x*/, const float* /*w*/, const float* /*b*/,
+                              float* /*pooled*/, int32_t* /*positions*/) {
+    DDPV_FAIL("this convolution has no fused max pooling (internal: fuse_max_pool said no)");
+  }
+  // Note [Pooled weight gradient]: backward of the last forward_pooled, from the pooling's
+  // output gradient dpooled (N, OH / k, OW / k, Cout) and the positions that forward recorded:
+  // what backward gives for the dy that the pooling's backward (ReLU's folded) would give.
+  virtual void backward_pooled(int /*n*/, const float* /*x*/, const float* /*w*/,
+                               const float* /*dpooled*/, const int32_t* /*positions*/,
+                               float* /*dx*/, float* /*dw*/, float* /*db*/, bool /*accumulate*/) {
     DDPV_FAIL("this convolution has no fused max pooling (internal: fuse_max_pool said no)");
   }
 };

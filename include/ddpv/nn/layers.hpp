@@ -72,9 +72,15 @@ class Layer {
   virtual Pool2dOp* fusable_max_pool(int* /*kernel*/) { return nullptr; }
   // After fuse_relu(): asks this layer to compute `pool` (a fusable_max_pool) of its rectified
   // output itself; true if it will, and the sequence then calls forward_pooled, which writes
-  // the pooling's output and leaves this layer's own output unwritten.
+  // the pooling's output and leaves this layer's own output unwritten, and backward_pooled,
+  // which takes the pooling's output gradient (Note [Pooled weight gradient]): neither the
+  // ReLU nor the pooling runs its own backward.
   virtual bool fuse_max_pool(Layer& /*pool*/) { return false; }
   virtual void forward_pooled(const Tensor& /*x*/, Tensor& /*pooled*/, bool /*training*/) {
+    DDPV_FAIL("layer ", name_, " fuses no max pooling (internal)");
+  }
+  virtual void backward_pooled(const Tensor& /*x*/, const Tensor& /*dpooled*/, Tensor* /*dx*/,
+                               bool /*accumulate*/, const GradReadyFn& /*ready*/) {
     DDPV_FAIL("layer ", name_, " fuses no max pooling (internal)");
   }
 
