@@ -205,7 +205,8 @@ struct PooledGeometry {
   int ph = 0, pw = 0;              // pooled rows and columns
   std::vector<int32_t> cell_at;    // cell e: where its window's first output's patch starts in
                                    // the padded image
-  std::vector<int32_t> window_at;  // position q in a window: its output's patch, from the first
+  std::vector<int32_t> window_at;  // position q of a window: where its output's patch starts,
+                                   // from the window's first
   int64_t base(const Geometry& g, int64_t n, int c) const {  // channel c of image n, pooled
     return ((n * (g.cout / g.block) + c / g.block) * ph * pw) * g.block + c % g.block;
   }
@@ -226,22 +227,23 @@ DDPV_INLINE void pooled_cell(const Geometry& g, const PooledGeometry& pg, const 
   for (int ky = 0; ky < K; ++ky) acc[ky] += v * load8(xr + ky * pwid);
 }
 
-// Adds channel c's sums over cells [e0, e1) of one image (padded: xpi; pooled gradient and
+// Adds channel c's sums over the cells of one image (padded: xpi; pooled gradient and
 // positions from dp, pos, a cell every g.block) to d [K][8] and *db: two sets of accumulators,
 // alternate cells.
 template <int K>
 DDPV_INLINE void pooled_weight_grad_channel(const Geometry& g, const PooledGeometry& pg,
                                             const float* xpi, const float* dp, const int32_t* pos,
-                                            int e0, int e1, float* d, float* db) {
+                                            float* d, float* db) {
   v8 a0[K], a1[K];
   for (int ky = 0; ky < K; ++ky) a0[ky] = a1[ky] = v8{};
   float b0 = 0.0f, b1 = 0.0f;
-  int e = e0;
-  for (; e + 2 <= e1; e += 2) {
+  const int cells = pg.ph * pg.pw;
+  int e = 0;
+  for (; e + 2 <= cells; e += 2) {
     pooled_cell<K>(g, pg, xpi, dp, pos, e, a0, b0);
     pooled_cell<K>(g, pg, xpi, dp, pos, e + 1, a1, b1);
   }
-  if (e < e1) pooled_cell<K>(g, pg, xpi, dp, pos, e, a0, b0);
+  if (e < cells) pooled_cell<K>(g, pg, xpi, dp, pos, e, a0, b0);
   for (int ky = 0; ky < K; ++ky) store8(d + ky * 8, load8(d + ky * 8) + (a0[ky] + a1[ky]));
   *db += b0 + b1;
 }
@@ -255,12 +257,11 @@ DDPV_INLINE void pooled_weight_grad_images(const Geometry& g, const PooledGeomet
                                            const int32_t* positions, float* sums) {
   float* bias_sums = sums + int64_t{g.cout} * K * 8;
   std::fill(sums, sums + pg.slice(g), 0.0f);
-  const int cells = pg.ph * pg.pw;
   for (int i = i0; i < i1; ++i)
     for (int c = 0; c < g.cout; ++c) {
       const int64_t o = pg.base(g, i, c);
-      pooled_weight_grad_channel<K>(g, pg, xp + i * image_of(g), dpooled + o, positions + o, 0,
-                                    cells, sums + int64_t{c} * K * 8, bias_sums + c);
+      pooled_weight_grad_channel<K>(g, pg, xp + i * image_of(g), dpooled + o, positions + o,
+                                    sums + int64_t{c} * K * 8, bias_sums + c);
     }
 }
 
@@ -352,7 +353,6 @@ class SingleChannelConv2d final : public Conv2dOp {
         int64_t{kernel} * g_.ow * 8 > kPooledRowsMax) {
       return false;
     }
-    pool_kernel_ = kernel;
     // Note [Pooled weight gradient]
     const int pwid = g_.w + 2 * g_.p;
     pg_.pk = kernel;
@@ -371,19 +371,19 @@ class SingleChannelConv2d final : public Conv2dOp {
   void forward_pooled(int n, const float* x, const float* w, const float* b, float* pooled,
                       int32_t* positions) override {
     check_conv_forward(cfg_, n, b);
-    DDPV_CHECK(pool_kernel_ > 0, "single-channel conv: forward_pooled without fuse_max_pool");
+    DDPV_CHECK(pg_.pk > 0, "single-channel conv: forward_pooled without fuse_max_pool");
     ctx_.bind_threads();
     pack_weights(w);
     pad(n, x);
     (kAvx2 ? forward_pooled_avx2 : forward_pooled_baseline)(
-        g_, pool_kernel_, n, xp_.data(), wv_.data(), cfg_.bias ? b : nullptr, pooled, positions);
+        g_, pg_.pk, n, xp_.data(), wv_.data(), cfg_.bias ? b : nullptr, pooled, positions);
   }
 
   void backward_pooled(int n, const float* x, const float* w, const float* dpooled,
                        const int32_t* positions, float* dx, float* dw, float* db,
                        bool accumulate) override {
     check_conv_backward(cfg_, n, dw, db);
-    DDPV_CHECK(pool_kernel_ > 0, "single-channel conv: backward_pooled without fuse_max_pool");
+    DDPV_CHECK(pg_.pk > 0, "single-channel conv: backward_pooled without fuse_max_pool");
     if (dx != nullptr || !pooled_loops_apply(g_.k)) {  // rare: through the dense gradient
       unpool(n, dpooled, positions);
       backward(n, x, w, dense_.data(), dx, dw, db, accumulate);
@@ -492,10 +492,11 @@ class SingleChannelConv2d final : public Conv2dOp {
   Geometry g_;
   std::vector<float> wv_, db_;  // weights (and their gradient) by 8 channels; bias gradient
   std::vector<float> xp_;       // the padded input (grow-only)
-  int pool_kernel_ = 0;         // Note [Max pooling fused into the convolution]
-  PooledGeometry pg_;           // Note [Pooled weight gradient]
-  std::vector<float> sums_;     // its slices' sums
-  std::vector<float> dense_;    // its dense gradient, where the pooled loops do not apply
+  // The fused pooling (Note [Max pooling fused into the convolution]; pk 0: none) and the
+  // offsets its backward uses (Note [Pooled weight gradient])
+  PooledGeometry pg_;
+  std::vector<float> sums_;   // its slices' sums
+  std::vector<float> dense_;  // its dense gradient, where the pooled loops do not apply
 };
 
 }  // namespace
