@@ -113,17 +113,10 @@ DDPV_INLINE void forward_pooled_item(const Geometry& g, int pk, int i, int grp, 
     for (int r = 0; r < pk; ++r) forward_row(g, xp, wg, b, py * pk + r, rows + r * g.ow * 8, 8);
     for (int px = 0; px < pw; ++px) {
       const float* win = rows + px * pk * 8;
-      v8 m = load8(win), at{};
-      for (int q = 1; q < pk * pk; ++q) {
-        const v8 v = load8(win + ((q / pk) * g.ow + q % pk) * 8);
-        const auto take = v > m || v != v;  // NaN wins, as in the pooling's own loops
-        m = take ? v : m;
-        at = take ? splat(static_cast<float>(q)) : at;
-      }
-      at = m > 0.0f ? at : splat(-1.0f);
       const int64_t o = base + (int64_t{py} * pw + px) * g.block;
-      store8(pooled + o, m);
-      for (int j = 0; j < 8; ++j) positions[o + j] = static_cast<int32_t>(at[j]);
+      store_window_max(
+          pk * pk, [&](int q) { return load8(win + ((q / pk) * g.ow + q % pk) * 8); }, pooled + o,
+          positions + o);
     }
   }
 }

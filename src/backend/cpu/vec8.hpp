@@ -4,6 +4,7 @@
 // copy can never stand in for the baseline one at link time.
 #pragma once
 
+#include <cstdint>
 #include <cstring>
 
 namespace ddpv::cpu {
@@ -18,6 +19,35 @@ inline v8 load8(const float* p) {
 }
 inline void store8(float* p, v8 v) { std::memcpy(p, &v, sizeof v); }
 inline v8 splat(float s) { return v8{s, s, s, s, s, s, s, s}; }
+
+// 8 int32 lanes: a max pooling's window positions (Note [Max pooling fused into the
+// convolution]); a comparison of v8 gives one too, for v8 selects (mask ? a : b).
+using v8i = int32_t __attribute__((vector_size(32)));
+inline v8i load8i(const int32_t* p) {
+  v8i v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// Note [Max pooling fused into the convolution]: the lanewise maximum of a window's `count`
+// rectified values value(0), ..., value(count - 1), and the position of the first largest (a
+// NaN wins, as in the pooling's own loops), -1 where that maximum is not positive; stored as
+// Pool2dOp::positions_for says.
+template <class Value>
+inline __attribute__((always_inline)) void store_window_max(int count, Value value, float* max,
+                                                            int32_t* position) {
+  v8 m = value(0);
+  v8i at{};
+  for (int q = 1; q < count; ++q) {
+    const v8 v = value(q);
+    const v8i take = v > m || v != v;
+    m = take ? v : m;
+    at = take ? v8i{} + q : at;
+  }
+  at = m > 0.0f ? at : v8i{} - 1;
+  store8(max, m);
+  std::memcpy(position, &at, sizeof at);
+}
 
 }  // namespace
 }  // namespace ddpv::cpu

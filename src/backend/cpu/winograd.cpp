@@ -167,10 +167,48 @@ class WinogradConv2d final : public Conv2dOp {
 
   void forward(int n, const float* x, const float* w, const float* b, float* y) override {
     check_conv_forward(cfg_, n, b);
+    run_forward(geo_, n, x, w, b, y, nullptr);
+  }
+
+  void backward(int n, const float* x, const float* w, const float* dy, float* dx, float* dw,
+                float* db, bool accumulate) override {
+    check_conv_backward(cfg_, n, dw, db);
+    run_backward(geo_, n, x, w, dy, nullptr, dx, dw, db, accumulate);
+  }
+
+  // Note [Max pooling fused into the convolution]: the output transform pools each rectified
+  // tile while it is in registers (2 x 2 windows never straddle tiles of even size), and
+  // output_adjoint and bias_grad read the pooled gradient (Note [Pooled weight gradient]).
+  bool fuse_max_pool(int kernel) override {
+    if (!geo_.relu || kernel != 2 || geo_.m % 2 != 0 || geo_.out_h < 2 || geo_.out_w < 2)
+      return false;
+    pooled_geo_ = geo_;
+    pooled_geo_.pool = 2;
+    return true;
+  }
+
+  void forward_pooled(int n, const float* x, const float* w, const float* b, float* pooled,
+                      int32_t* positions) override {
+    check_conv_forward(cfg_, n, b);
+    DDPV_CHECK(pooled_geo_.pool > 0, "winograd conv: forward_pooled without fuse_max_pool");
+    run_forward(pooled_geo_, n, x, w, b, pooled, positions);
+  }
+
+  void backward_pooled(int n, const float* x, const float* w, const float* dpooled,
+                       const int32_t* positions, float* dx, float* dw, float* db,
+                       bool accumulate) override {
+    check_conv_backward(cfg_, n, dw, db);
+    DDPV_CHECK(pooled_geo_.pool > 0, "winograd conv: backward_pooled without fuse_max_pool");
+    run_backward(pooled_geo_, n, x, w, dpooled, positions, dx, dw, db, accumulate);
+  }
+
+ private:
+  // g: geo_, or pooled_geo_ with y the pooling's output and dy its gradient.
+  void run_forward(const WinogradGeometry& g, int n, const float* x, const float* w, const float* b,
+                   float* y, int32_t* positions) {
     ctx_.bind_threads();
     reserve(n);
     transform_filter(w);
-    const auto& g = geo_;
     for (int n0 = 0; n0 < n; n0 += chunk_) {
       const int n1 = std::min(n, n0 + chunk_);
       const int64_t rows = int64_t{n1 - n0} * g.tiles();
@@ -181,16 +219,15 @@ class WinogradConv2d final : public Conv2dOp {
       mm.b = u_.data(), mm.b_point = int64_t{g.cin} * g.cout, mm.ldb = g.cout;
       mm.c = m_.data(), mm.c_point = g.cout, mm.ldc = ms_;
       kernels_->gemm(mm);
-      kernels_->output(g, mat_.at.data(), m_.data(), cfg_.bias ? b : nullptr, n0, n1, y);
+      kernels_->output(g, mat_.at.data(), m_.data(), cfg_.bias ? b : nullptr, n0, n1, y, positions);
     }
   }
 
-  void backward(int n, const float* x, const float* w, const float* dy, float* dx, float* dw,
-                float* db, bool accumulate) override {
-    check_conv_backward(cfg_, n, dw, db);
+  void run_backward(const WinogradGeometry& g, int n, const float* x, const float* w,
+                    const float* dy, const int32_t* positions, float* dx, float* dw, float* db,
+                    bool accumulate) {
     ctx_.bind_threads();
     reserve(n);
-    const auto& g = geo_;
     if (dx != nullptr) {
       transform_filter(w);
       transpose_filter();
@@ -199,7 +236,7 @@ class WinogradConv2d final : public Conv2dOp {
     for (int n0 = 0; n0 < n; n0 += chunk_) {
       const int n1 = std::min(n, n0 + chunk_);
       const int64_t rows = int64_t{n1 - n0} * g.tiles();
-      kernels_->output_adjoint(g, mat_.at.data(), dy, n0, n1, m_.data());
+      kernels_->output_adjoint(g, mat_.at.data(), dy, positions, n0, n1, m_.data());
       kernels_->input(g, mat_.bt.data(), x, n0, n1, v_.data());
       WinogradGemm wg;  // dU_p += V_p^T dM_p
       wg.points = points_, wg.m = g.cin, wg.n = g.cout, wg.k = rows;
@@ -220,11 +257,10 @@ class WinogradConv2d final : public Conv2dOp {
     filter_gradient(dw, accumulate);
     if (cfg_.bias) {
       if (!accumulate) std::fill(db, db + g.cout, 0.0f);
-      kernels_->bias_grad(g, dy, 0, n, db);
+      kernels_->bias_grad(g, dy, positions, 0, n, db);
     }
   }
 
- private:
   void reserve(int n) {
     const auto& g = geo_;
     const int64_t rows = int64_t{std::min(n, chunk_)} * g.tiles();
@@ -334,6 +370,7 @@ class WinogradConv2d final : public Conv2dOp {
   WinogradMatrices mat_;
   const WinogradKernels* kernels_;
   WinogradGeometry geo_;
+  WinogradGeometry pooled_geo_;  // geo_ with the fused pooling, once fuse_max_pool said yes
   int64_t points_ = 0;
   int64_t vs_ = 0, ms_ = 0;  // floats per tile in v_ and m_ (winograd_tile_stride)
   int chunk_ = 1;            // images per chunk

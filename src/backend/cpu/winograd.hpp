@@ -35,6 +35,9 @@ struct WinogradGeometry {
   int tiles_h = 0, tiles_w = 0;
   int cin = 0, cout = 0, in_block = 0, out_block = 0;
   bool relu = false;  // output writes max(0, y) (Note [Fused ReLU])
+  // Note [Max pooling fused into the convolution]: 2 where output writes the 2 x 2 max pooling
+  // of its rectified tiles (m even) and output_adjoint and bias_grad take its gradient; 0: none.
+  int pool = 0;
   int tiles() const { return tiles_h * tiles_w; }
 };
 
@@ -68,17 +71,21 @@ struct WinogradKernels {
   // v = bt d bt^T of every input tile d of x (zero outside the image).
   void (*input)(const WinogradGeometry& g, const float* bt, const float* x, int n0, int n1,
                 float* v);
-  // y = at mm at^T + bias of every output tile (bias null: none), cut to the output's size.
+  // y = at mm at^T + bias of every output tile (bias null: none), cut to the output's size;
+  // with g.pool, y is the pooling's output instead, its window positions at `positions`.
   void (*output)(const WinogradGeometry& g, const float* at, const float* mm, const float* bias,
-                 int n0, int n1, float* y);
-  // The adjoint of output: dm = at^T dy at of every output tile of dy (zero past its edge).
-  void (*output_adjoint)(const WinogradGeometry& g, const float* at, const float* dy, int n0,
-                         int n1, float* dm);
+                 int n0, int n1, float* y, int32_t* positions);
+  // The adjoint of output: dm = at^T dy at of every output tile of dy (zero past its edge);
+  // with g.pool, dy is the pooling's output gradient, routed by `positions`.
+  void (*output_adjoint)(const WinogradGeometry& g, const float* at, const float* dy,
+                         const int32_t* positions, int n0, int n1, float* dm);
   // The adjoint of input: dx += bt^T dv bt, tile by tile (tiles overlap by r - 1).
   void (*input_adjoint)(const WinogradGeometry& g, const float* bt, const float* dv, int n0, int n1,
                         float* dx);
-  // db += the sum of dy over images [n0, n1) and positions, per output channel.
-  void (*bias_grad)(const WinogradGeometry& g, const float* dy, int n0, int n1, float* db);
+  // db += the sum of dy over images [n0, n1) and positions, per output channel (with g.pool:
+  // of the pooled dy where `positions` has a window's maximum).
+  void (*bias_grad)(const WinogradGeometry& g, const float* dy, const int32_t* positions, int n0,
+                    int n1, float* db);
   // The per-point GEMMs (points in parallel).
   void (*gemm)(const WinogradGemm& args);
 };

@@ -168,9 +168,44 @@ void input(const WinogradGeometry& g, const float* bt_in, const float* x, int n0
   });
 }
 
+// Note [Max pooling fused into the convolution]: the 2 x 2 windows of a rectified output tile
+// t (tile (ty, tx) of image n, channels [8 grp, 8 grp + 8)): their maxima and positions in the
+// pooling's output, windows past the pooled extent dropped (an odd last row or column).
+template <int M>
+inline void pool_tile(const WinogradGeometry& g, const v8 (&t)[M][M], int n, int ty, int tx,
+                      int grp, float* pooled, int32_t* positions) {
+  static_assert(M % 2 == 0);
+  const int ph = g.out_h / 2, pw = g.out_w / 2;
+  const int64_t base = group_base(n, grp * 8, g.cout, g.out_block, ph, pw);
+  for (int wy = 0; wy < M / 2 && ty * (M / 2) + wy < ph; ++wy)
+    for (int wx = 0; wx < M / 2 && tx * (M / 2) + wx < pw; ++wx) {
+      const int64_t at = base + (int64_t{ty * (M / 2) + wy} * pw + tx * (M / 2) + wx) * g.out_block;
+      store_window_max(
+          4, [&](int q) { return t[2 * wy + q / 2][2 * wx + q % 2]; }, pooled + at, positions + at);
+    }
+}
+
+// The adjoint of pool_tile: d = the pooled gradient at each window's recorded position, zero
+// elsewhere (and where the ReLU closed the window).
+template <int M>
+inline void unpool_tile(const WinogradGeometry& g, const float* dpooled, const int32_t* positions,
+                        int n, int ty, int tx, int grp, v8 (&d)[M][M]) {
+  const int ph = g.out_h / 2, pw = g.out_w / 2;
+  const int64_t base = group_base(n, grp * 8, g.cout, g.out_block, ph, pw);
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < M; ++j) d[i][j] = v8{};
+  for (int wy = 0; wy < M / 2 && ty * (M / 2) + wy < ph; ++wy)
+    for (int wx = 0; wx < M / 2 && tx * (M / 2) + wx < pw; ++wx) {
+      const int64_t at = base + (int64_t{ty * (M / 2) + wy} * pw + tx * (M / 2) + wx) * g.out_block;
+      const v8 dv = load8(dpooled + at);
+      const v8i q = load8i(positions + at);
+      for (int k = 0; k < 4; ++k) d[2 * wy + k / 2][2 * wx + k % 2] = q == k ? dv : v8{};
+    }
+}
+
 template <int A, int M>
 void output(const WinogradGeometry& g, const float* at_in, const float* mm, const float* bias,
-            int n0, int n1, float* y) {
+            int n0, int n1, float* y, int32_t* positions) {
   const Splat<A> at(at_in, M * A);
   const int tw = g.tiles_w, h = g.out_h, w = g.out_w;
   const int64_t rows = int64_t{n1 - n0} * g.tiles(), ts = winograd_tile_stride(A, g.cout);
@@ -186,18 +221,23 @@ void output(const WinogradGeometry& g, const float* at_in, const float* mm, cons
     v8 s[M][A], t[M][M];
     for (int j = 0; j < A; ++j) at_1d<A, M>(at.v, &d[0][j], A, &s[0][j], A);  // columns
     for (int i = 0; i < M; ++i) at_1d<A, M>(at.v, &s[i][0], 1, &t[i][0], 1);  // rows
-    for (int i = 0; i < M && ty * M + i < h; ++i)
-      for (int j = 0; j < M && tx * M + j < w; ++j) {
-        v8 out = t[i][j] + b;
-        if (g.relu) out = out <= 0.0f ? v8{} : out;
-        store8(dst + (int64_t{ty * M + i} * w + tx * M + j) * step, out);
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < M; ++j) {
+        t[i][j] += b;
+        if (g.relu) t[i][j] = t[i][j] <= 0.0f ? v8{} : t[i][j];
       }
+    if constexpr (M % 2 == 0) {
+      if (g.pool == 2) return pool_tile<M>(g, t, n, ty, tx, grp, y, positions);
+    }
+    for (int i = 0; i < M && ty * M + i < h; ++i)
+      for (int j = 0; j < M && tx * M + j < w; ++j)
+        store8(dst + (int64_t{ty * M + i} * w + tx * M + j) * step, t[i][j]);
   });
 }
 
 template <int A, int M>
-void output_adjoint(const WinogradGeometry& g, const float* at_in, const float* dy, int n0, int n1,
-                    float* dm) {
+void output_adjoint(const WinogradGeometry& g, const float* at_in, const float* dy,
+                    const int32_t* positions, int n0, int n1, float* dm) {
   const Splat<A> at(at_in, M * A);
   const int tw = g.tiles_w, h = g.out_h, w = g.out_w;
   const int64_t rows = int64_t{n1 - n0} * g.tiles(), ts = winograd_tile_stride(A, g.cout);
@@ -206,11 +246,16 @@ void output_adjoint(const WinogradGeometry& g, const float* at_in, const float* 
     float* dst = dm + int64_t{n - n0} * g.tiles() * ts + grp * 8;
     const int64_t step = g.out_block;
     v8 d[M][M];
-    for (int i = 0; i < M; ++i)
-      for (int j = 0; j < M; ++j) {
-        const int yy = ty * M + i, xx = tx * M + j;
-        d[i][j] = yy < h && xx < w ? load8(src + (int64_t{yy} * w + xx) * step) : v8{};
-      }
+    if constexpr (M % 2 == 0) {
+      if (g.pool == 2) unpool_tile<M>(g, dy, positions, n, ty, tx, grp, d);
+    }
+    if (g.pool != 2) {
+      for (int i = 0; i < M; ++i)
+        for (int j = 0; j < M; ++j) {
+          const int yy = ty * M + i, xx = tx * M + j;
+          d[i][j] = yy < h && xx < w ? load8(src + (int64_t{yy} * w + xx) * step) : v8{};
+        }
+    }
     v8 s[A][M], t[A][A];  // at^T d, then (at^T d) at
     for (int j = 0; j < M; ++j) at_adjoint_1d<A, M>(at.v, &d[0][j], M, &s[0][j], M);
     for (int k = 0; k < A; ++k) at_adjoint_1d<A, M>(at.v, &s[k][0], 1, &t[k][0], 1);
@@ -251,13 +296,22 @@ void input_adjoint(const WinogradGeometry& g, const float* bt_in, const float* d
   });
 }
 
-void bias_grad(const WinogradGeometry& g, const float* dy, int n0, int n1, float* db) {
-  const int64_t positions = int64_t{g.out_h} * g.out_w;
+void bias_grad(const WinogradGeometry& g, const float* dy, const int32_t* positions, int n0, int n1,
+               float* db) {
+  const int h = g.pool ? g.out_h / g.pool : g.out_h, w = g.pool ? g.out_w / g.pool : g.out_w;
+  const int64_t cells = int64_t{h} * w;
   for (int grp = 0; grp < g.cout / 8; ++grp) {
     v8 acc = load8(db + grp * 8);
     for (int n = n0; n < n1; ++n) {
-      const float* src = dy + group_base(n, grp * 8, g.cout, g.out_block, g.out_h, g.out_w);
-      for (int64_t i = 0; i < positions; ++i) acc += load8(src + i * g.out_block);
+      const int64_t base = group_base(n, grp * 8, g.cout, g.out_block, h, w);
+      const float* src = dy + base;
+      if (g.pool) {
+        const int32_t* at = positions + base;
+        for (int64_t i = 0; i < cells; ++i)
+          acc += load8i(at + i * g.out_block) >= 0 ? load8(src + i * g.out_block) : v8{};
+      } else {
+        for (int64_t i = 0; i < cells; ++i) acc += load8(src + i * g.out_block);
+      }
     }
     store8(db + grp * 8, acc);
   }
