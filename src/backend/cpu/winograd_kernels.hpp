@@ -368,8 +368,11 @@ void gemm(const WinogradGemm& g) {
     const float* a = g.a + p * g.a_point;
     const float* b = g.b + p * g.b_point;
     float* c = g.c + p * g.c_point;
-    for (int64_t i0 = 0; i0 < g.m; i0 += 6) {
-      const int64_t rows = std::min<int64_t>(6, g.m - i0);
+    for (int64_t i0 = 0, rows = 0; i0 < g.m; i0 += rows) {
+      // Blocks of 6 rows; a remainder of 1 to 5 shares the last 6 (32 rows: 6 6 6 6 4 4, not
+      // 6 6 6 6 6 2, whose block of 2 holds too few accumulators to hide the FMA latency).
+      const int64_t left = g.m - i0;
+      rows = left > 6 && left < 12 ? (left + 1) / 2 : std::min<int64_t>(6, left);
       const float* ai = a + i0 * g.a_row;
       float* ci = c + i0 * g.ldc;
       int64_t j0 = 0;
