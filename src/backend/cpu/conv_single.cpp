@@ -72,6 +72,7 @@ DDPV_INLINE void forward_run(const Geometry& g, const float* xp, const float* wg
 DDPV_INLINE void forward_row(const Geometry& g, const float* xp, const float* wg, v8 b, int oy,
                              float* yrow, int64_t stride) {
   int ox = 0;
+  for (; ox + 8 <= g.ow; ox += 8) forward_run<8>(g, xp, wg, b, oy, ox, yrow, stride);
   for (; ox + 4 <= g.ow; ox += 4) forward_run<4>(g, xp, wg, b, oy, ox, yrow, stride);
   for (; ox < g.ow; ++ox) forward_run<1>(g, xp, wg, b, oy, ox, yrow, stride);
 }
