@@ -5,29 +5,29 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 
 namespace ddpv::cpu {
 namespace {  // NOLINT(google-build-namespaces): see above
 
 using v8 = float __attribute__((vector_size(32)));
 
-inline v8 load8(const float* p) {
-  v8 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store8(float* p, v8 v) { std::memcpy(p, &v, sizeof v); }
+// Note [Vector loads and stores]: unaligned loads and stores through a vector of floats
+// aligned to 4 bytes. A vector type shares its element type's alias set, so a store here can
+// only change floats. std::memcpy, which this replaced, may change any object: after each
+// store the compiler reloaded every loop bound and stride it read through a reference (a
+// WinogradGeometry's channels, a lambda's captures), and the Winograd transforms ran 18-34%
+// slower (docs/performance.md, "Vector stores").
+using v8u = float __attribute__((vector_size(32), aligned(4)));
+inline v8 load8(const float* p) { return *reinterpret_cast<const v8u*>(p); }
+inline void store8(float* p, v8 v) { *reinterpret_cast<v8u*>(p) = v; }
 inline v8 splat(float s) { return v8{s, s, s, s, s, s, s, s}; }
 
 // 8 int32 lanes: a max pooling's window positions (Note [Max pooling fused into the
 // convolution]); a comparison of v8 gives one too, for v8 selects (mask ? a : b).
 using v8i = int32_t __attribute__((vector_size(32)));
-inline v8i load8i(const int32_t* p) {
-  v8i v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
+using v8iu = int32_t __attribute__((vector_size(32), aligned(4)));
+inline v8i load8i(const int32_t* p) { return *reinterpret_cast<const v8iu*>(p); }
+inline void store8i(int32_t* p, v8i v) { *reinterpret_cast<v8iu*>(p) = v; }
 
 // Note [Max pooling fused into the convolution]: the lanewise maximum of a window's `count`
 // rectified values value(0), ..., value(count - 1), and the position of the first largest (a
@@ -46,7 +46,7 @@ inline __attribute__((always_inline)) void store_window_max(int count, Value val
   }
   at = m > 0.0f ? at : v8i{} - 1;
   store8(max, m);
-  std::memcpy(position, &at, sizeof at);
+  store8i(position, at);
 }
 
 }  // namespace
