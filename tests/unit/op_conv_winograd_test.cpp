@@ -42,6 +42,51 @@ TEST(WinogradMatrices, ComputeTheOneDimensionalCorrelation) {
   }
 }
 
+// Note [Known entries]: every instance has the entries the transform loops use without
+// reading them, and changing any one of those entries is caught.
+TEST(WinogradMatrices, HaveTheEntriesTheLoopsAssume) {
+  for (auto [m, r] : {std::pair{2, 3}, {4, 3}, {2, 5}, {4, 5}}) {
+    SCOPED_TRACE("F(" + std::to_string(m) + "," + std::to_string(r) + ")");
+    const cpu::WinogradMatrices w = cpu::winograd_matrices(m, r);
+    const int a = w.alpha;
+    ASSERT_TRUE(cpu::winograd_known_entries(w));
+    // The ones and zeros, read off the matrices here rather than through the check.
+    for (int i = 0; i < m; ++i) EXPECT_EQ(w.at[i * a + 1], 1.0f) << "at column 1";
+    for (int k = 0; k < a - 1; ++k) EXPECT_EQ(w.at[k], 1.0f) << "at row 0";
+    for (int p = 1; p < a - 1; ++p) {
+      EXPECT_EQ(w.bt[p * a], 0.0f) << "bt row " << p;
+      EXPECT_EQ(w.bt[p * a + a - 1], 0.0f) << "bt row " << p;
+    }
+    for (int p = 0; p < a - 1; ++p) EXPECT_EQ(w.bt[p * a + a - 2], 1.0f) << "bt row " << p;
+    EXPECT_EQ(w.bt[a * a - 1], 1.0f);
+    struct Change {
+      bool in_at;
+      int index;
+      float value;
+    };
+    const Change changes[] = {
+        {true, 1, 2.0f},                 // at column 1
+        {true, (m - 1) * a + 1, 0.5f},   // at column 1, last row
+        {true, 2, 0.5f},                 // at row 0
+        {true, (m - 1) * a + a - 1, 0},  // infinity's 1 in at
+        {true, a + 2, 3.0f},             // the pair of the point 1 in row 1: no longer -1
+        {false, a, 0.25f},               // bt column 0 in a paired row
+        {false, 2 * a - 1, 0.25f},       // bt column A - 1 in a paired row
+        {false, a - 2, 2.0f},            // bt row 0, column A - 2
+        {false, 2 * a + a - 2, 0.5f},    // bt row 2, column A - 2
+        {false, a * a - 1, -1.0f},       // infinity's 1 in bt
+        {false, 1, 0.5f},                // bt row 0 on an odd column
+        {false, 2 * a + 1, 7.0f},        // the rows of +1 and -1 no longer opposite
+    };
+    for (const Change& c : changes) {
+      cpu::WinogradMatrices bad = w;
+      (c.in_at ? bad.at : bad.bt)[size_t(c.index)] = c.value;
+      EXPECT_FALSE(cpu::winograd_known_entries(bad))
+          << (c.in_at ? "at[" : "bt[") << c.index << "] = " << c.value;
+    }
+  }
+}
+
 // A CPU backend whose stride-1 3x3 and 5x5 convolutions all take the Winograd path.
 std::unique_ptr<Backend> winograd_backend(int block, int threads) {
   BackendOptions o;

@@ -101,6 +101,28 @@ WinogradMatrices winograd_matrices(int m, int r) {
   return {d.m, d.r, d.alpha, narrow(d.at), narrow(d.g), narrow(d.bt)};
 }
 
+bool winograd_known_entries(const WinogradMatrices& w) {
+  const int a = w.alpha, m = w.m, pairs = (a - 2) / 2;
+  auto at = [&](int i, int k) { return w.at[size_t(i) * a + k]; };
+  auto bt = [&](int p, int j) { return w.bt[size_t(p) * a + j]; };
+  bool ok = a % 2 == 0 && m >= 2 && pairs >= 1;
+  for (int i = 0; ok && i < m; ++i) {
+    ok = at(i, 0) == (i == 0 ? 1.0f : 0.0f) && at(i, a - 1) == (i == m - 1 ? 1.0f : 0.0f) &&
+         at(i, 1) == 1.0f;
+    for (int q = 0; ok && q < pairs; ++q)  // +x, -x: x^i and (-x)^i
+      ok = at(i, 2 + 2 * q) == (i % 2 == 0 ? 1.0f : -1.0f) * at(i, 1 + 2 * q);
+  }
+  for (int k = 0; ok && k < a - 1; ++k) ok = at(0, k) == 1.0f;
+  for (int j = 0; ok && j < a; ++j) {
+    ok = (j % 2 == 0 || bt(0, j) == 0.0f) && (j % 2 == 1 || bt(a - 1, j) == 0.0f);
+    for (int q = 0; ok && q < pairs; ++q)  // the rows of +x and -x: equal on even columns
+      ok = bt(2 + 2 * q, j) == (j % 2 == 0 ? 1.0f : -1.0f) * bt(1 + 2 * q, j);
+  }
+  for (int p = 1; ok && p < a - 1; ++p) ok = bt(p, 0) == 0.0f && bt(p, a - 1) == 0.0f;
+  for (int p = 0; ok && p < a - 1; ++p) ok = bt(p, a - 2) == 1.0f;
+  return ok && bt(a - 1, a - 1) == 1.0f;
+}
+
 int winograd_tile(ConvAlgorithm algorithm, const Conv2dConfig& c) {
   if (algorithm == ConvAlgorithm::kDirect) return 0;
   if (c.stride != 1 || (c.kernel != 3 && c.kernel != 5)) return 0;
@@ -153,6 +175,9 @@ class WinogradConv2d final : public Conv2dOp {
     vs_ = winograd_tile_stride(g.alpha, g.cin);
     ms_ = winograd_tile_stride(g.alpha, g.cout);
     chunk_ = (kChunkRows + g.tiles() - 1) / g.tiles();
+    DDPV_CHECK(winograd_known_entries(mat_), "winograd: the matrices of F(", tile, "x", tile, ",",
+               cfg.kernel, "x", cfg.kernel,
+               ") lack entries the transforms assume (Note [Known entries])");
   }
 
   bool fuse_relu() override {

@@ -26,6 +26,9 @@ struct WinogradMatricesF64 {
 };
 WinogradMatricesF64 winograd_matrices_f64(int m, int r);
 WinogradMatrices winograd_matrices(int m, int r);
+// Whether w has every entry the transform loops assume instead of reading (Note [Paired
+// points] and Note [Known entries] in winograd_kernels.hpp).
+bool winograd_known_entries(const WinogradMatrices& w);
 
 // One layer's tiling. Activations are n images of c channels in blocks of `block` channels
 // (block == c: NHWC; Note [Blocked activations]); channel groups of 8 are contiguous in both.

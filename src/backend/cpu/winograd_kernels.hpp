@@ -55,6 +55,16 @@ inline void paired(const v8* in, int is, v8* sum, v8* dif) {
   }
 }
 
+// Note [Known entries]: beyond the pairing, some entries of the matrices are the same for
+// every F(m, r) on these points, and the loops below use them instead of reading them:
+//  - at: column 1 (the point 1, whose powers are all 1) is ones, and so is row 0 (x^0) but
+//    for infinity's column, which is 1 in the last row only;
+//  - bt: the rows of the paired points are 0 in columns 0 and A - 1; every row but
+//    infinity's has a 1 in column A - 2, and infinity's row has its 1 in column A - 1.
+// A 1 is an add where a multiply-add read a broadcast entry from the stack, a 0 is nothing:
+// the transforms were bound by those reads (docs/performance.md). winograd_known_entries
+// checks the matrices once per convolution, so a change of points cannot silently break this.
+
 // out[i] = sum over k < A of at[i][k] in[k], i < M
 template <int A, int M>
 inline void at_1d(const v8* at, const v8* in, int is, v8* out, int os) {
@@ -62,8 +72,13 @@ inline void at_1d(const v8* at, const v8* in, int is, v8* out, int os) {
   v8 sum[P], dif[P];
   paired<P>(in, is, sum, dif);
   for (int i = 0; i < M; ++i) {
-    v8 acc = i == 0 ? in[0] : v8{};
-    for (int q = 0; q < P; ++q) acc += at[i * A + 1 + 2 * q] * (i % 2 == 0 ? sum[q] : dif[q]);
+    v8 acc = i % 2 == 0 ? sum[0] : dif[0];  // column 1: ones
+    if (i == 0) {
+      acc += in[0];
+      for (int q = 1; q < P; ++q) acc += sum[q];  // row 0: ones
+    } else {
+      for (int q = 1; q < P; ++q) acc += at[i * A + 1 + 2 * q] * (i % 2 == 0 ? sum[q] : dif[q]);
+    }
     if (i == M - 1) acc += in[(A - 1) * is];
     out[i * os] = acc;
   }
@@ -75,12 +90,13 @@ inline void at_adjoint_1d(const v8* at, const v8* in, int is, v8* out, int os) {
   constexpr int P = (A - 2) / 2;
   out[0] = in[0];
   for (int q = 0; q < P; ++q) {
-    v8 even{}, odd{};
-    for (int i = 0; i < M; ++i) {
+    v8 even = in[0], odd{};  // row 0: ones
+    for (int i = 1; i < M; ++i) {
+      const v8 term = q == 0 ? in[i * is] : at[i * A + 1 + 2 * q] * in[i * is];  // column 1: ones
       if (i % 2 == 0) {
-        even += at[i * A + 1 + 2 * q] * in[i * is];
+        even += term;
       } else {
-        odd += at[i * A + 1 + 2 * q] * in[i * is];
+        odd += term;
       }
     }
     out[(1 + 2 * q) * os] = even + odd;
@@ -93,16 +109,16 @@ inline void at_adjoint_1d(const v8* at, const v8* in, int is, v8* out, int os) {
 template <int A>
 inline void bt_1d(const v8* bt, const v8* in, int is, v8* out, int os) {
   constexpr int P = (A - 2) / 2;
-  v8 first{}, last{};
-  for (int j = 0; j < A; j += 2) first += bt[j] * in[j * is];
-  for (int j = 1; j < A; j += 2) last += bt[(A - 1) * A + j] * in[j * is];
+  v8 first = in[(A - 2) * is], last = in[(A - 1) * is];  // their ones
+  for (int j = 0; j < A - 2; j += 2) first += bt[j] * in[j * is];
+  for (int j = 1; j < A - 1; j += 2) last += bt[(A - 1) * A + j] * in[j * is];
   out[0] = first;
   out[(A - 1) * os] = last;
   for (int q = 0; q < P; ++q) {
     const v8* row = bt + (1 + 2 * q) * A;
-    v8 even{}, odd{};
-    for (int j = 0; j < A; j += 2) even += row[j] * in[j * is];
-    for (int j = 1; j < A; j += 2) odd += row[j] * in[j * is];
+    v8 even = in[(A - 2) * is], odd = row[1] * in[is];  // columns 0 and A - 1: zeros
+    for (int j = 2; j < A - 2; j += 2) even += row[j] * in[j * is];
+    for (int j = 3; j < A - 1; j += 2) odd += row[j] * in[j * is];
     out[(1 + 2 * q) * os] = even + odd;
     out[(2 + 2 * q) * os] = even - odd;
   }
@@ -114,7 +130,12 @@ inline void bt_adjoint_1d(const v8* bt, const v8* in, int is, v8* out, int os) {
   constexpr int P = (A - 2) / 2;
   v8 sum[P], dif[P];
   paired<P>(in, is, sum, dif);
-  for (int j = 0; j < A; ++j) {
+  out[0] = bt[0] * in[0];  // column 0: row 0 alone
+  v8 ones = in[0];         // column A - 2: ones but for infinity's row
+  for (int q = 0; q < P; ++q) ones += sum[q];
+  out[(A - 2) * os] = ones;
+  out[(A - 1) * os] = in[(A - 1) * is];  // column A - 1: infinity's one alone
+  for (int j = 1; j < A - 2; ++j) {
     v8 acc{};
     if (j % 2 == 0) {
       acc = bt[j] * in[0];
