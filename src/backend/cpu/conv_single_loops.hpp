@@ -1,0 +1,315 @@
+// The loops of the single-channel convolution (conv_single.cpp), over one (image, channel
+// group) item and over one channel group: written once and compiled twice by
+// DDPV_SINGLE_CHANNEL_LOOPS, for AVX2 + FMA and for the baseline instruction set. Included by
+// conv_single.cpp alone: everything here has internal linkage.
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+
+#include "backend/cpu/vec8.hpp"
+
+namespace ddpv::cpu {
+namespace {  // NOLINT(google-build-namespaces): see above
+
+// Note [Single-channel convolution]: oneDNN 2.6 has no good kernel for a convolution from one
+// channel. On an AVX2 machine lenet's conv1 (1 -> 32 channels, 5x5 on 28x28, batch 64) took
+// 2.0 ms forward and 4.5 ms backward-weights (18 GFLOP/s), and its NHWC output needed a
+// reorder into the blocked layout both ways (1.5 ms each; Note [Mixed activation layouts]).
+// These loops produce 8 output channels at a time, straight into the caller's layout: each
+// output vector is the sum over the window of an input scalar times a vector of 8 weights, and
+// the weight gradient sums dy vectors times input scalars, one row of dy (in L1) at a time.
+// Backward-data, which a first layer never needs, is a plain loop.
+
+struct Geometry {
+  int h, w, oh, ow, k, s, p, cout, block;  // block: the output layout's (cout for NHWC)
+  bool relu;                               // forward writes max(0, y) (Note [Fused ReLU])
+  int64_t base(int64_t n, int c) const {   // channel c (a multiple of 8) of image n in y
+    return ((n * (cout / block) + c / block) * oh * ow) * block + c % block;
+  }
+};
+
+// The loops over one (image, channel group) item and over one channel group, written once and
+// compiled twice below: for AVX2 + FMA and for the baseline instruction set.
+#define DDPV_INLINE inline __attribute__((always_inline))
+
+// The images with `p` zeros around each: n x (h + 2p) x (w + 2p), so that no window needs a
+// bounds check.
+void pad_images(const Geometry& g, int n, const float* x, float* xp) {
+  const int pw = g.w + 2 * g.p, ph = g.h + 2 * g.p;
+  std::fill(xp, xp + int64_t{n} * ph * pw, 0.0f);
+  for (int i = 0; i < n; ++i)
+    for (int y = 0; y < g.h; ++y)
+      std::copy_n(x + (int64_t{i} * g.h + y) * g.w, g.w,
+                  xp + (int64_t{i} * ph + y + g.p) * pw + g.p);
+}
+
+// Outputs [ox, ox + B) of row oy, channels [8 grp, 8 grp + 8): B accumulators in registers,
+// each weight vector loaded once for all B.
+template <int B>
+DDPV_INLINE void forward_run(const Geometry& g, const float* xp, const float* wg, v8 b, int oy,
+                             int ox, float* yrow, int64_t stride) {
+  const int pw = g.w + 2 * g.p;
+  v8 acc[B];
+  for (int j = 0; j < B; ++j) acc[j] = b;
+  for (int ky = 0; ky < g.k; ++ky) {
+    const float* xr = xp + int64_t{oy * g.s + ky} * pw + ox * g.s;
+    for (int kx = 0; kx < g.k; ++kx) {
+      const v8 wv = load8(wg + (ky * g.k + kx) * 8);
+      for (int j = 0; j < B; ++j) acc[j] += xr[j * g.s + kx] * wv;
+    }
+  }
+  for (int j = 0; j < B; ++j) {
+    if (g.relu) acc[j] = acc[j] <= 0.0f ? v8{} : acc[j];
+    store8(yrow + int64_t{ox + j} * stride, acc[j]);
+  }
+}
+
+// Row oy of channels [8 grp, 8 grp + 8), output x at yrow + x * stride.
+DDPV_INLINE void forward_row(const Geometry& g, const float* xp, const float* wg, v8 b, int oy,
+                             float* yrow, int64_t stride) {
+  int ox = 0;
+  for (; ox + 8 <= g.ow; ox += 8) forward_run<8>(g, xp, wg, b, oy, ox, yrow, stride);
+  for (; ox + 4 <= g.ow; ox += 4) forward_run<4>(g, xp, wg, b, oy, ox, yrow, stride);
+  for (; ox < g.ow; ++ox) forward_run<1>(g, xp, wg, b, oy, ox, yrow, stride);
+}
+
+// y for channels [8 grp, 8 grp + 8) of image i, from the padded image xp; wv: [cout/8][k][k][8]
+DDPV_INLINE void forward_item(const Geometry& g, int i, int grp, const float* xp, const float* wv,
+                              const float* bias, float* y) {
+  const int kk = g.k * g.k;
+  const float* wg = wv + int64_t{grp} * kk * 8;
+  v8 b{};
+  if (bias != nullptr) b = load8(bias + grp * 8);
+  float* yi = y + g.base(i, grp * 8);
+  for (int oy = 0; oy < g.oh; ++oy)
+    forward_row(g, xp, wg, b, oy, yi + int64_t{oy} * g.ow * g.block, g.block);
+}
+
+// Note [Max pooling fused into the convolution]: lenet's conv1 -> ReLU -> 2x2 max pooling
+// wrote a 64x28x28x32 activation (6.4 MB) that only the pooling read, and the pooling's
+// forward (5% of the step) was bound by reading it back from memory. When the pooling tiles
+// its input (kernel = stride, no padding) and applies the ReLU's backward (Note [ReLU folded
+// into max pooling]), nothing else reads the convolution's output, so the convolution can pool
+// its own rectified rows while they are in L1: K rows at a time into a small buffer, then the
+// maximum of each window with its position (first largest, a NaN wins, -1 where the maximum is
+// not positive), written where the pooling's own forward would write them. The pooling's
+// backward then runs as after its own forward. The convolution's output is left unwritten.
+constexpr int64_t kPooledRowsMax = 3 * 256 * 8;  // floats of the K-row buffer
+
+DDPV_INLINE void forward_pooled_item(const Geometry& g, int pk, int i, int grp, const float* xp,
+                                     const float* wv, const float* bias, float* pooled,
+                                     int32_t* positions) {
+  const int kk = g.k * g.k, ph = g.oh / pk, pw = g.ow / pk;
+  const float* wg = wv + int64_t{grp} * kk * 8;
+  v8 b{};
+  if (bias != nullptr) b = load8(bias + grp * 8);
+  alignas(32) float rows[kPooledRowsMax];
+  const int64_t base = ((int64_t{i} * (g.cout / g.block) + grp * 8 / g.block) * ph * pw) * g.block +
+                       grp * 8 % g.block;
+  for (int py = 0; py < ph; ++py) {
+    for (int r = 0; r < pk; ++r) forward_row(g, xp, wg, b, py * pk + r, rows + r * g.ow * 8, 8);
+    for (int px = 0; px < pw; ++px) {
+      const float* win = rows + px * pk * 8;
+      const int64_t o = base + (int64_t{py} * pw + px) * g.block;
+      store_window_max(
+          pk * pk, [&](int q) { return load8(win + ((q / pk) * g.ow + q % pk) * 8); }, pooled + o,
+          positions + o);
+    }
+  }
+}
+
+// d[kx] += sum over ox of the padded input row xr at ox * s + kx times dy at ox, kx < K: K
+// independent accumulators (one would chain every FMA on the last).
+template <int K>
+DDPV_INLINE void weight_grad_row(const Geometry& g, const float* xr, const float* row, float* d) {
+  v8 acc[K];
+  for (int kx = 0; kx < K; ++kx) acc[kx] = v8{};
+  for (int ox = 0; ox < g.ow; ++ox) {
+    const v8 dv = load8(row + int64_t{ox} * g.block);
+    const float* xo = xr + ox * g.s;
+    for (int kx = 0; kx < K; ++kx) acc[kx] += xo[kx] * dv;
+  }
+  for (int kx = 0; kx < K; ++kx) store8(d + kx * 8, load8(d + kx * 8) + acc[kx]);
+}
+
+DDPV_INLINE void weight_grad_row_any(const Geometry& g, const float* xr, const float* row,
+                                     float* d) {
+  for (int kx = 0; kx < g.k; ++kx) {
+    v8 acc{};
+    for (int ox = 0; ox < g.ow; ++ox) acc += xr[ox * g.s + kx] * load8(row + int64_t{ox} * g.block);
+    store8(d + kx * 8, load8(d + kx * 8) + acc);
+  }
+}
+
+// The weight gradient of channel group grp (dwv: [cout / 8][k][k][8]) and its bias gradient,
+// from the padded images xp.
+DDPV_INLINE void weight_grad_group(const Geometry& g, int n, int grp, const float* xp,
+                                   const float* dy, float* dwv, float* db) {
+  const int kk = g.k * g.k, pw = g.w + 2 * g.p;
+  const int64_t image = int64_t{g.h + 2 * g.p} * pw;
+  float* dwg = dwv + int64_t{grp} * kk * 8;
+  std::fill(dwg, dwg + kk * 8, 0.0f);
+  v8 bacc{};
+  for (int i = 0; i < n; ++i) {
+    const float* dyi = dy + g.base(i, grp * 8);
+    for (int oy = 0; oy < g.oh; ++oy) {
+      const float* row = dyi + int64_t{oy} * g.ow * g.block;
+      v8 racc{};  // by rows: a long running sum in float would lose digits
+      for (int ox = 0; ox < g.ow; ++ox) racc += load8(row + int64_t{ox} * g.block);
+      bacc += racc;
+      for (int ky = 0; ky < g.k; ++ky) {
+        const float* xr = xp + i * image + int64_t{oy * g.s + ky} * pw;
+        float* d = dwg + ky * g.k * 8;
+        switch (g.k) {
+          case 3:
+            weight_grad_row<3>(g, xr, row, d);
+            break;
+          case 5:
+            weight_grad_row<5>(g, xr, row, d);
+            break;
+          case 7:
+            weight_grad_row<7>(g, xr, row, d);
+            break;
+          default:
+            weight_grad_row_any(g, xr, row, d);
+        }
+      }
+    }
+  }
+  if (db != nullptr) store8(db + grp * 8, bacc);
+}
+
+inline int64_t image_of(const Geometry& g) { return int64_t{g.h + 2 * g.p} * (g.w + 2 * g.p); }
+
+// Note [Pooled weight gradient]: after forward_pooled, the pooling's backward wrote the
+// convolution's whole output gradient (lenet's conv1 at batch 64: 6.4 MB, three zeros in every
+// four) and the weight gradient read it back, 2 x 25 FMAs per output: together 9% of lenet's
+// step. Each pooled cell holds one gradient value v and the position q of its window's maximum
+// (-1 where the ReLU let nothing through), so channel c's weight gradient gains v times the
+// K x K input patch under that one output: K FMAs on rows of K taps (8 lanes, those past K
+// unused), a quarter of the dense loop's work, reading only the pooled gradient. The bias
+// gradient sums v over the live cells. Batches split by image into one slice per thread, each
+// with its own sums, added in slice order (the same result for the same thread count).
+struct PooledGeometry {
+  int pk = 0;                      // the pooling's kernel (= stride)
+  int ph = 0, pw = 0;              // pooled rows and columns
+  std::vector<int32_t> cell_at;    // cell e: where its window's first output's patch starts in
+                                   // the padded image
+  std::vector<int32_t> window_at;  // position q of a window: where its output's patch starts,
+                                   // from the window's first
+  int64_t base(const Geometry& g, int64_t n, int c) const {  // channel c of image n, pooled
+    return ((n * (g.cout / g.block) + c / g.block) * ph * pw) * g.block + c % g.block;
+  }
+  // Floats of one slice's sums: [cout][K][8] weights, then [cout] biases.
+  int64_t slice(const Geometry& g) const { return int64_t{g.cout} * (g.k * 8 + 1); }
+};
+
+template <int K>
+DDPV_INLINE void pooled_cell(const Geometry& g, const PooledGeometry& pg, const float* xpi,
+                             const float* dp, const int32_t* pos, int e, v8* acc, float& b) {
+  const int64_t o = int64_t{e} * g.block;
+  // Without branches (which cells the ReLU closed is data): all ones where q >= 0, else zero.
+  const int32_t q = pos[o], live = ~(q >> 31);
+  const float v = std::bit_cast<float>(std::bit_cast<int32_t>(dp[o]) & live);
+  const float* xr = xpi + pg.cell_at[e] + pg.window_at[q & live];
+  const int pwid = g.w + 2 * g.p;
+  b += v;
+  for (int ky = 0; ky < K; ++ky) acc[ky] += v * load8(xr + ky * pwid);
+}
+
+// Adds channel c's sums over the cells of one image (padded: xpi; pooled gradient and
+// positions from dp, pos, a cell every g.block) to d [K][8] and *db: two sets of accumulators,
+// alternate cells.
+template <int K>
+DDPV_INLINE void pooled_weight_grad_channel(const Geometry& g, const PooledGeometry& pg,
+                                            const float* xpi, const float* dp, const int32_t* pos,
+                                            float* d, float* db) {
+  v8 a0[K], a1[K];
+  for (int ky = 0; ky < K; ++ky) a0[ky] = a1[ky] = v8{};
+  float b0 = 0.0f, b1 = 0.0f;
+  const int cells = pg.ph * pg.pw;
+  int e = 0;
+  for (; e + 2 <= cells; e += 2) {
+    pooled_cell<K>(g, pg, xpi, dp, pos, e, a0, b0);
+    pooled_cell<K>(g, pg, xpi, dp, pos, e + 1, a1, b1);
+  }
+  if (e < cells) pooled_cell<K>(g, pg, xpi, dp, pos, e, a0, b0);
+  for (int ky = 0; ky < K; ++ky) store8(d + ky * 8, load8(d + ky * 8) + (a0[ky] + a1[ky]));
+  *db += b0 + b1;
+}
+
+// One slice's sums (zeroed here) over images [i0, i1). (Taking every channel of a run of
+// cells before the next run, to keep the run's cache lines in L1, measured slower: shorter
+// loops.)
+template <int K>
+DDPV_INLINE void pooled_weight_grad_images(const Geometry& g, const PooledGeometry& pg, int i0,
+                                           int i1, const float* xp, const float* dpooled,
+                                           const int32_t* positions, float* sums) {
+  float* bias_sums = sums + int64_t{g.cout} * K * 8;
+  std::fill(sums, sums + pg.slice(g), 0.0f);
+  for (int i = i0; i < i1; ++i)
+    for (int c = 0; c < g.cout; ++c) {
+      const int64_t o = pg.base(g, i, c);
+      pooled_weight_grad_channel<K>(g, pg, xp + i * image_of(g), dpooled + o, positions + o,
+                                    sums + int64_t{c} * K * 8, bias_sums + c);
+    }
+}
+
+// The kernel sizes the pooled loops take (rows of K taps in one vector of 8).
+bool pooled_loops_apply(int k) { return k == 3 || k == 5 || k == 7; }
+
+// clang-format off
+#define DDPV_SINGLE_CHANNEL_LOOPS(suffix, attributes)                                             \
+  attributes void forward_##suffix(const Geometry& g, int n, const float* xp, const float* wv,   \
+                                   const float* bias, float* y) {                               \
+    const bool big = int64_t{n} * g.oh * g.ow * g.cout >= (1 << 16);                            \
+    _Pragma("omp parallel for collapse(2) schedule(static) if (big)")                            \
+    for (int i = 0; i < n; ++i)                                                                  \
+      for (int grp = 0; grp < g.cout / 8; ++grp)                                                 \
+        forward_item(g, i, grp, xp + i * image_of(g), wv, bias, y);                              \
+  }                                                                                              \
+  attributes void forward_pooled_##suffix(const Geometry& g, int pk, int n, const float* xp,     \
+                                          const float* wv, const float* bias, float* pooled,    \
+                                          int32_t* positions) {                                 \
+    const bool big = int64_t{n} * g.oh * g.ow * g.cout >= (1 << 16);                            \
+    _Pragma("omp parallel for collapse(2) schedule(static) if (big)")                            \
+    for (int i = 0; i < n; ++i)                                                                  \
+      for (int grp = 0; grp < g.cout / 8; ++grp)                                                 \
+        forward_pooled_item(g, pk, i, grp, xp + i * image_of(g), wv, bias, pooled, positions);   \
+  }                                                                                              \
+  attributes void weight_grad_##suffix(const Geometry& g, int n, const float* xp, const float* dy, \
+                                       float* dwv, float* db) {                                   \
+    const bool big = int64_t{n} * g.oh * g.ow * g.cout >= (1 << 16);                            \
+    _Pragma("omp parallel for schedule(static) if (big)")                                        \
+    for (int grp = 0; grp < g.cout / 8; ++grp) weight_grad_group(g, n, grp, xp, dy, dwv, db);     \
+  }                                                                                              \
+  attributes void pooled_weight_grad_##suffix(const Geometry& g, const PooledGeometry& pg, int n, \
+                                              const float* xp, const float* dpooled,             \
+                                              const int32_t* positions, float* sums,             \
+                                              int slices) {                                      \
+    _Pragma("omp parallel for schedule(static) num_threads(slices) if (slices > 1)")             \
+    for (int sl = 0; sl < slices; ++sl) {                                                        \
+      const int i0 = static_cast<int>(int64_t{n} * sl / slices);                                 \
+      const int i1 = static_cast<int>(int64_t{n} * (sl + 1) / slices);                           \
+      float* s = sums + sl * pg.slice(g);                                                        \
+      switch (g.k) {                                                                             \
+        case 3:                                                                                  \
+          pooled_weight_grad_images<3>(g, pg, i0, i1, xp, dpooled, positions, s);                \
+          break;                                                                                 \
+        case 5:                                                                                  \
+          pooled_weight_grad_images<5>(g, pg, i0, i1, xp, dpooled, positions, s);                \
+          break;                                                                                 \
+        default:                                                                                 \
+          pooled_weight_grad_images<7>(g, pg, i0, i1, xp, dpooled, positions, s);                \
+      }                                                                                          \
+    }                                                                                            \
+  }
+
+DDPV_SINGLE_CHANNEL_LOOPS(avx2, __attribute__((target("avx2,fma"))))
+DDPV_SINGLE_CHANNEL_LOOPS(baseline, )
+// clang-format on
+
+}  // namespace
+}  // namespace ddpv::cpu
