@@ -267,10 +267,9 @@ void output_adjoint(const WinogradGeometry& g, const float* at_in, const float* 
     float* dst = dm + int64_t{n - n0} * g.tiles() * ts + grp * 8;
     const int64_t step = g.out_block;
     v8 d[M][M];
-    if constexpr (M % 2 == 0) {
-      if (g.pool == 2) unpool_tile<M>(g, dy, positions, n, ty, tx, grp, d);
-    }
-    if (g.pool != 2) {
+    if (M % 2 == 0 && g.pool == 2) {
+      unpool_tile<M>(g, dy, positions, n, ty, tx, grp, d);
+    } else {
       for (int i = 0; i < M; ++i)
         for (int j = 0; j < M; ++j) {
           const int yy = ty * M + i, xx = tx * M + j;
