@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "backend/cpu/cpu_ops.hpp"
 #include "backend/cpu/winograd.hpp"
 #include "conv_ref.hpp"
 #include "op_check.hpp"
@@ -286,6 +287,65 @@ TEST(ConvOpSingleChannel, MatchesTheNaiveLoopInEveryLayout) {
         EXPECT_TRUE(all_close(p.gb.to_host(), ref.db, 1e-5, 1e-5)) << "db accumulated";
       }
     }
+  }
+}
+
+// The single-channel loops are compiled twice (Note [Single-channel convolution]); on an AVX2
+// machine the backend only ever runs the AVX2 copy, so the baseline copy, which other CPUs
+// run, is compared with it here: forward, backward (dx, dw, db), and with the ReLU and the
+// max pooling fused, forward_pooled and backward_pooled. Kernels 3, 5 and 7 (the pooled
+// loops) and 4 (the dense path), strides 1 and 2, NHWC and blocks of 8.
+TEST(ConvOpSingleChannel, BaselineLoopsMatchTheAvx2Ones) {
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+    GTEST_SKIP() << "no AVX2 + FMA here: the backend runs the baseline loops everywhere";
+  struct Case {
+    ConvCase cc;
+    int block;
+  };
+  const Case cases[] = {{{3, 1, 32, 28, 28, 5, 1, 2, true}, 8},
+                        {{2, 1, 16, 9, 7, 3, 1, 1, true}, 0},
+                        {{2, 1, 24, 13, 13, 7, 2, 3, false}, 8},
+                        {{2, 1, 16, 10, 10, 4, 1, 1, true}, 0}};
+  uint64_t seed = 2700;
+  for (const Case& k : cases) {
+    Conv2dConfig c = k.cc.config();
+    c.out_block = block_for(c.out_channels, k.block);
+    SCOPED_TRACE(k.cc.str() + " block " + std::to_string(k.block));
+    const int n = k.cc.n, oh = c.out_h(), ow = c.out_w(), co = c.out_channels;
+    const size_t ny = size_t(n) * oh * ow * co, npooled = size_t(n) * (oh / 2) * (ow / 2) * co;
+    const auto x = random_vector(size_t(n) * c.in_h * c.in_w, ++seed);
+    const auto w = random_vector(size_t(co) * c.kernel * c.kernel, ++seed);
+    const auto b = random_vector(size_t(co), ++seed);
+    const auto dy = random_vector(ny, ++seed), dpooled = random_vector(npooled, ++seed);
+    auto run = [&](bool baseline) {
+      cpu::CpuContext ctx;
+      ctx.threads = 1;
+      auto plain = cpu::make_single_channel_conv2d(ctx, c, baseline);
+      auto fused = cpu::make_single_channel_conv2d(ctx, c, baseline);
+      EXPECT_TRUE(fused->fuse_relu());
+      EXPECT_TRUE(fused->fuse_max_pool(2));
+      std::vector<float> y(ny), dx(x.size()), dw(w.size()), db(b.size()), pooled(npooled),
+          pdw(w.size()), pdb(b.size());
+      std::vector<int32_t> at(npooled);
+      const float* bias = c.bias ? b.data() : nullptr;
+      plain->forward(n, x.data(), w.data(), bias, y.data());
+      plain->backward(n, x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data(), false);
+      fused->forward_pooled(n, x.data(), w.data(), bias, pooled.data(), at.data());
+      fused->backward_pooled(n, x.data(), w.data(), dpooled.data(), at.data(), nullptr, pdw.data(),
+                             pdb.data(), false);
+      return std::vector<std::vector<float>>{
+          y, dx, dw, db, pooled, std::vector<float>(at.begin(), at.end()), pdw, pdb};
+    };
+    const auto want = run(false), got = run(true);
+    const char* names[] = {"y", "dx", "dw", "db", "pooled", "positions", "pooled dw", "pooled db"};
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (!c.bias && (i == 3 || i == 7)) continue;  // no bias: db is not written
+      EXPECT_TRUE(all_close(got[i], to_double(want[i]), 1e-5, 1e-5)) << names[i];
+    }
+    size_t open = 0;
+    for (float q : want[5]) open += q >= 0;
+    EXPECT_GT(open, npooled / 4) << "the pooled case must send gradient down";
+    EXPECT_LT(open, npooled) << "and have windows the ReLU closed";
   }
 }
 

@@ -17,7 +17,8 @@ const bool kAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma
 
 class SingleChannelConv2d final : public Conv2dOp {
  public:
-  SingleChannelConv2d(const CpuContext& ctx, const Conv2dConfig& cfg) : ctx_(ctx), cfg_(cfg) {
+  SingleChannelConv2d(const CpuContext& ctx, const Conv2dConfig& cfg, bool baseline)
+      : ctx_(ctx), cfg_(cfg), avx2_(kAvx2 && !baseline) {
     g_ = {cfg.in_h,    cfg.in_w,         cfg.out_h(),
           cfg.out_w(), cfg.kernel,       cfg.stride,
           cfg.padding, cfg.out_channels, cfg.out_block > 0 ? cfg.out_block : cfg.out_channels,
@@ -38,7 +39,7 @@ class SingleChannelConv2d final : public Conv2dOp {
     ctx_.bind_threads();
     pack_weights(w);
     pad(n, x);
-    (kAvx2 ? forward_avx2 : forward_baseline)(g_, n, xp_.data(), wv_.data(),
+    (avx2_ ? forward_avx2 : forward_baseline)(g_, n, xp_.data(), wv_.data(),
                                               cfg_.bias ? b : nullptr, y);
   }
 
@@ -69,7 +70,7 @@ class SingleChannelConv2d final : public Conv2dOp {
     ctx_.bind_threads();
     pack_weights(w);
     pad(n, x);
-    (kAvx2 ? forward_pooled_avx2 : forward_pooled_baseline)(
+    (avx2_ ? forward_pooled_avx2 : forward_pooled_baseline)(
         g_, pg_.pk, n, xp_.data(), wv_.data(), cfg_.bias ? b : nullptr, pooled, positions);
   }
 
@@ -89,7 +90,7 @@ class SingleChannelConv2d final : public Conv2dOp {
     const int slices = big ? std::clamp(omp_get_max_threads(), 1, n) : 1;
     const int64_t slice = pg_.slice(g_), kk = int64_t{g_.k} * g_.k;
     sums_.resize(static_cast<size_t>(slices * slice));
-    (kAvx2 ? pooled_weight_grad_avx2 : pooled_weight_grad_baseline)(
+    (avx2_ ? pooled_weight_grad_avx2 : pooled_weight_grad_baseline)(
         g_, pg_, n, xp_.data(), dpooled, positions, sums_.data(), slices);
     const auto total = [&](int64_t at) {  // over the slices, in order
       float v = 0.0f;
@@ -114,7 +115,7 @@ class SingleChannelConv2d final : public Conv2dOp {
     ctx_.bind_threads();
     const int kk = g_.k * g_.k;
     pad(n, x);
-    (kAvx2 ? weight_grad_avx2 : weight_grad_baseline)(g_, n, xp_.data(), dy, wv_.data(),
+    (avx2_ ? weight_grad_avx2 : weight_grad_baseline)(g_, n, xp_.data(), dy, wv_.data(),
                                                       cfg_.bias ? db_.data() : nullptr);
     for (int co = 0; co < g_.cout; ++co)
       for (int t = 0; t < kk; ++t) {
@@ -183,6 +184,7 @@ class SingleChannelConv2d final : public Conv2dOp {
 
   CpuContext ctx_;
   Conv2dConfig cfg_;
+  bool avx2_;  // the AVX2 + FMA loops (else the baseline ones)
   Geometry g_;
   std::vector<float> wv_, db_;  // weights (and their gradient) by 8 channels; bias gradient
   std::vector<float> xp_;       // the padded input (grow-only)
@@ -199,9 +201,9 @@ bool single_channel_conv_applies(ConvAlgorithm algorithm, const Conv2dConfig& c)
   return algorithm != ConvAlgorithm::kDirect && c.in_channels == 1 && c.out_channels % 8 == 0;
 }
 
-std::unique_ptr<Conv2dOp> make_single_channel_conv2d(const CpuContext& ctx,
-                                                     const Conv2dConfig& cfg) {
-  return std::make_unique<SingleChannelConv2d>(ctx, cfg);
+std::unique_ptr<Conv2dOp> make_single_channel_conv2d(const CpuContext& ctx, const Conv2dConfig& cfg,
+                                                     bool baseline) {
+  return std::make_unique<SingleChannelConv2d>(ctx, cfg, baseline);
 }
 
 }  // namespace ddpv::cpu
