@@ -15,7 +15,7 @@ std::atomic<int> g_stop_signal{0};  // Note [Stop signals]
 sigset_t stop_set() {
   sigset_t set;
   sigemptyset(&set);
-  for (int sig : {SIGTERM, SIGUSR1, SIGINT}) sigaddset(&set, sig);
+  for (int sig : kStopSignals) sigaddset(&set, sig);
   return set;
 }
 
@@ -47,10 +47,14 @@ int stop_signal_received() { return g_stop_signal.load(); }
 
 const char* signal_name(int sig) {
   switch (sig) {
-    case SIGTERM: return "SIGTERM";
-    case SIGUSR1: return "SIGUSR1";
-    case SIGINT: return "SIGINT";
-    default: return "a signal";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGUSR1:
+      return "SIGUSR1";
+    case SIGINT:
+      return "SIGINT";
+    default:
+      return "a signal";
   }
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <csignal>
 #include <thread>
 
 namespace ddpv {
@@ -32,6 +33,12 @@ class StopSignalWatcher {
   std::atomic<bool> quit_{false};
   std::thread thread_;
 };
+
+// The signals that stop a run. Each step's agreement counts, per signal, the ranks that have
+// seen it (Note [One agreement per step]), so every rank learns which signal stopped the run
+// even where it has not received one itself yet; if the ranks saw different ones, the first
+// here wins.
+inline constexpr int kStopSignals[] = {SIGTERM, SIGUSR1, SIGINT};
 
 int stop_signal_received();  // the signal number, or 0
 const char* signal_name(int sig);

@@ -1,7 +1,8 @@
 // The training loop: set-up of backend, data, model and communication, then the steps.
 #include <cmath>
-#include <filesystem>
 #include <cstdio>
+#include <filesystem>
+#include <iterator>
 #include <limits>
 
 #include "ddpv/core/log.hpp"
@@ -23,7 +24,8 @@ Trainer::Impl::Impl(const TrainOptions& options, World& w)
   BackendOptions bo;
   bo.device = resolve_device(o.device);
   bo.device_index = world.device_index();
-  bo.threads = o.threads > 0 ? o.threads : auto_threads(world.local_size());  // Note [Threads per rank]
+  bo.threads =
+      o.threads > 0 ? o.threads : auto_threads(world.local_size());  // Note [Threads per rank]
   bo.precision = parse_precision(o.precision);
   bo.deterministic = o.deterministic;
   backend = make_backend(bo);
@@ -53,12 +55,11 @@ void Trainer::Impl::open_data() {
 
 void Trainer::Impl::make_feeds() {
   train_uploads = backend->upload_stream(2);
-  train_feed = std::make_unique<DeviceFeed>(*train_source, train_uploads.get(),
-                                            backend->allocator());
+  train_feed =
+      std::make_unique<DeviceFeed>(*train_source, train_uploads.get(), backend->allocator());
   if (val_source) {
     val_uploads = backend->upload_stream(2);
-    val_feed =
-        std::make_unique<DeviceFeed>(*val_source, val_uploads.get(), backend->allocator());
+    val_feed = std::make_unique<DeviceFeed>(*val_source, val_uploads.get(), backend->allocator());
   }
 }
 
@@ -101,10 +102,10 @@ void Trainer::Impl::build_model() {
                o.checkpoint_dir, ": cannot create it (", ec.message(),
                "); give a writable directory");
   }
-  resume();  // loads on rank 0, or keeps the fresh initialisation
+  resume();                             // loads on rank 0, or keeps the fresh initialisation
   broadcast_parameters(*model, *comm);  // every rank starts from rank 0's model
-  comm->broadcast(model->momentum_data(),
-                  static_cast<size_t>(model->param_count()) * sizeof(float), 0);
+  comm->broadcast(model->momentum_data(), static_cast<size_t>(model->param_count()) * sizeof(float),
+                  0);
   int64_t pos[4] = {epoch, epoch_step, step, model->batches_tracked()};
   world.broadcast_bytes(pos, sizeof pos, 0);
   epoch = pos[0];
@@ -135,8 +136,8 @@ void Trainer::Impl::train_step() {
   for (int k = 0; k < o.accum_steps; ++k) {
     const auto t_data = Clock::now();
     const std::optional<DeviceFeed::Ready> batch = train_feed->next();
-    DDPV_CHECK(batch.has_value(), "the data ran out inside epoch ", epoch, " at step ",
-               epoch_step, " (internal: steps per epoch disagree)");
+    DDPV_CHECK(batch.has_value(), "the data ran out inside epoch ", epoch, " at step ", epoch_step,
+               " (internal: steps per epoch disagree)");
     const Tensor& x = batch->images;
     const Tensor& y = batch->labels;
     data_wait += seconds_since(t_data);
@@ -170,16 +171,22 @@ void Trainer::Impl::train_step() {
   // Note [One agreement per step]: the stop request, divergence and the step's loss statistics
   // travel in one small allreduce, so all ranks stop after the same step (Note [Stop signals])
   // and rank 0 reports exact global figures.
-  double agree[5] = {stop_signal_received() != 0 ? 1.0 : 0.0, finite ? 0.0 : 1.0, loss_sum,
-                     correct, samples};
-  world.allreduce_sum(agree, 5);
-  if (agree[1] > 0) throw_diverged("the loss became NaN or Inf");
-  images += agree[4];
-  epoch_totals.add(agree[2], agree[3], agree[4]);
-  log_totals.add(agree[2], agree[3], agree[4]);
-  if (agree[0] > 0) {
-    stop = true;
-    stop_signal = stop_signal_received();
+  // The stop request is a count of ranks per stop signal: with one flag, a rank that had not
+  // received the signal yet (mpirun forwards it to each rank in turn) stopped without knowing
+  // which signal, and rank 0 then named neither the signal nor the checkpoint after it.
+  constexpr int kSignals = static_cast<int>(std::size(kStopSignals));
+  double agree[4 + kSignals] = {finite ? 0.0 : 1.0, loss_sum, correct, samples};
+  for (int k = 0; k < kSignals; ++k) agree[4 + k] = stop_signal_received() == kStopSignals[k];
+  world.allreduce_sum(agree, 4 + kSignals);
+  if (agree[0] > 0) throw_diverged("the loss became NaN or Inf");
+  images += agree[3];
+  epoch_totals.add(agree[1], agree[2], agree[3]);
+  log_totals.add(agree[1], agree[2], agree[3]);
+  for (int k = 0; k < kSignals && !stop; ++k) {
+    if (agree[4 + k] > 0) {
+      stop = true;
+      stop_signal = kStopSignals[k];
+    }
   }
   if (step % o.log_every == 0) log_step(lr, log_totals.loss(), log_totals.acc());
 }
@@ -205,8 +212,8 @@ TrainSummary Trainer::Impl::run() {
       if (o.run_steps > 0 && step - run_start_step >= o.run_steps) stop = true;
       if (bar.enabled()) {
         const double rate = images / std::max(train_seconds + seconds_since(t_train), 1e-9);
-        const double left = static_cast<double>(steps_per_epoch - epoch_step) *
-                            static_cast<double>(global_batch());
+        const double left =
+            static_cast<double>(steps_per_epoch - epoch_step) * static_cast<double>(global_batch());
         bar.update(epoch + 1, o.epochs, epoch_step, steps_per_epoch, epoch_totals.loss(), rate,
                    left / std::max(rate, 1e-9));
       }
