@@ -1,7 +1,11 @@
-// Conv2dOp test helpers shared by op_conv_test.cpp and op_conv_winograd_test.cpp: a case's
-// shape, and the naive double-precision loops every algorithm is checked against.
+// Conv2dOp test helpers shared by op_conv_test.cpp, op_conv_winograd_test.cpp and
+// op_conv_fused_test.cpp: a case's shape, the naive double-precision loops every algorithm is
+// checked against, and the Winograd backend with its tolerance.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -139,5 +143,27 @@ struct ConvProblem {
  private:
   static std::vector<float> junk(size_t count) { return std::vector<float>(count, 1e30f); }
 };
+
+// A CPU backend whose stride-1 3x3 and 5x5 convolutions all take the Winograd path.
+inline std::unique_ptr<Backend> winograd_backend(int block, int threads) {
+  BackendOptions o;
+  o.threads = threads;
+  o.activation_block = block;
+  o.conv_algorithm = ConvAlgorithm::kWinograd;
+  return make_backend(o);
+}
+
+inline double max_abs(const std::vector<double>& v) {
+  double m = 0;
+  for (double x : v) m = std::max(m, std::abs(x));
+  return m;
+}
+
+// Winograd's rounding follows the magnitude of a whole tile: entries are compared to 1e-5 of
+// the largest (a wrong transform or a lost tile misses by far more than that).
+inline ::testing::AssertionResult winograd_close(const std::vector<float>& got,
+                                                 const std::vector<double>& want) {
+  return all_close(got, want, 1e-4, 1e-5 * std::max(1.0, max_abs(want)));
+}
 
 }  // namespace ddpv::test
