@@ -71,7 +71,7 @@ class SingleChannelConv2d final : public Conv2dOp {
     pack_weights(w);
     pad(n, x);
     (avx2_ ? forward_pooled_avx2 : forward_pooled_baseline)(
-        g_, pg_.pk, n, xp_.data(), wv_.data(), cfg_.bias ? b : nullptr, pooled, positions);
+        g_, pg_, n, xp_.data(), wv_.data(), cfg_.bias ? b : nullptr, pooled, positions);
   }
 
   void backward_pooled(int n, const float* x, const float* w, const float* dpooled,

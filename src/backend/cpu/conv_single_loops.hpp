@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <vector>
 
 #include "backend/cpu/vec8.hpp"
 
@@ -98,16 +99,31 @@ DDPV_INLINE void forward_item(const Geometry& g, int i, int grp, const float* xp
 // backward then runs as after its own forward. The convolution's output is left unwritten.
 constexpr int64_t kPooledRowsMax = 3 * 256 * 8;  // floats of the K-row buffer
 
-DDPV_INLINE void forward_pooled_item(const Geometry& g, int pk, int i, int grp, const float* xp,
-                                     const float* wv, const float* bias, float* pooled,
-                                     int32_t* positions) {
-  const int kk = g.k * g.k, ph = g.oh / pk, pw = g.ow / pk;
+// The fused pooling, recorded by fuse_max_pool: its geometry, where its output goes, and for
+// the pooled weight gradient (Note [Pooled weight gradient], below) where each cell's patch is.
+struct PooledGeometry {
+  int pk = 0;                      // the pooling's kernel (= stride)
+  int ph = 0, pw = 0;              // pooled rows and columns
+  std::vector<int32_t> cell_at;    // cell e: where its window's first output's patch starts in
+                                   // the padded image
+  std::vector<int32_t> window_at;  // position q of a window: where its output's patch starts,
+                                   // from the window's first
+  int64_t base(const Geometry& g, int64_t n, int c) const {  // channel c of image n, pooled
+    return ((n * (g.cout / g.block) + c / g.block) * ph * pw) * g.block + c % g.block;
+  }
+  // Floats of one slice's sums: [cout][K][8] weights, then [cout] biases.
+  int64_t slice(const Geometry& g) const { return int64_t{g.cout} * (g.k * 8 + 1); }
+};
+
+DDPV_INLINE void forward_pooled_item(const Geometry& g, const PooledGeometry& pg, int i, int grp,
+                                     const float* xp, const float* wv, const float* bias,
+                                     float* pooled, int32_t* positions) {
+  const int kk = g.k * g.k, pk = pg.pk, ph = pg.ph, pw = pg.pw;
   const float* wg = wv + int64_t{grp} * kk * 8;
   v8 b{};
   if (bias != nullptr) b = load8(bias + grp * 8);
   alignas(32) float rows[kPooledRowsMax];
-  const int64_t base = ((int64_t{i} * (g.cout / g.block) + grp * 8 / g.block) * ph * pw) * g.block +
-                       grp * 8 % g.block;
+  const int64_t base = pg.base(g, i, grp * 8);
   for (int py = 0; py < ph; ++py) {
     for (int r = 0; r < pk; ++r) forward_row(g, xp, wg, b, py * pk + r, rows + r * g.ow * 8, 8);
     for (int px = 0; px < pw; ++px) {
@@ -192,19 +208,8 @@ inline int64_t image_of(const Geometry& g) { return int64_t{g.h + 2 * g.p} * (g.
 // unused), a quarter of the dense loop's work, reading only the pooled gradient. The bias
 // gradient sums v over the live cells. Batches split by image into one slice per thread, each
 // with its own sums, added in slice order (the same result for the same thread count).
-struct PooledGeometry {
-  int pk = 0;                      // the pooling's kernel (= stride)
-  int ph = 0, pw = 0;              // pooled rows and columns
-  std::vector<int32_t> cell_at;    // cell e: where its window's first output's patch starts in
-                                   // the padded image
-  std::vector<int32_t> window_at;  // position q of a window: where its output's patch starts,
-                                   // from the window's first
-  int64_t base(const Geometry& g, int64_t n, int c) const {  // channel c of image n, pooled
-    return ((n * (g.cout / g.block) + c / g.block) * ph * pw) * g.block + c % g.block;
-  }
-  // Floats of one slice's sums: [cout][K][8] weights, then [cout] biases.
-  int64_t slice(const Geometry& g) const { return int64_t{g.cout} * (g.k * 8 + 1); }
-};
+// PooledGeometry, above, gives each cell's patch (cell_at) and each window position's offset
+// (window_at).
 
 template <int K>
 DDPV_INLINE void pooled_cell(const Geometry& g, const PooledGeometry& pg, const float* xpi,
@@ -270,14 +275,14 @@ bool pooled_loops_apply(int k) { return k == 3 || k == 5 || k == 7; }
       for (int grp = 0; grp < g.cout / 8; ++grp)                                                 \
         forward_item(g, i, grp, xp + i * image_of(g), wv, bias, y);                              \
   }                                                                                              \
-  attributes void forward_pooled_##suffix(const Geometry& g, int pk, int n, const float* xp,     \
-                                          const float* wv, const float* bias, float* pooled,    \
-                                          int32_t* positions) {                                 \
+  attributes void forward_pooled_##suffix(const Geometry& g, const PooledGeometry& pg, int n,    \
+                                          const float* xp, const float* wv, const float* bias,  \
+                                          float* pooled, int32_t* positions) {                  \
     const bool big = int64_t{n} * g.oh * g.ow * g.cout >= (1 << 16);                            \
     _Pragma("omp parallel for collapse(2) schedule(static) if (big)")                            \
     for (int i = 0; i < n; ++i)                                                                  \
       for (int grp = 0; grp < g.cout / 8; ++grp)                                                 \
-        forward_pooled_item(g, pk, i, grp, xp + i * image_of(g), wv, bias, pooled, positions);   \
+        forward_pooled_item(g, pg, i, grp, xp + i * image_of(g), wv, bias, pooled, positions);   \
   }                                                                                              \
   attributes void weight_grad_##suffix(const Geometry& g, int n, const float* xp, const float* dy, \
                                        float* dwv, float* db) {                                   \

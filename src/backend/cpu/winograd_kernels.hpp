@@ -189,21 +189,27 @@ void input(const WinogradGeometry& g, const float* bt_in, const float* x, int n0
   });
 }
 
-// Note [Max pooling fused into the convolution]: the 2 x 2 windows of a rectified output tile
-// t (tile (ty, tx) of image n, channels [8 grp, 8 grp + 8)): their maxima and positions in the
-// pooling's output, windows past the pooled extent dropped (an odd last row or column).
+// Note [Max pooling fused into the convolution]: f(wy, wx, at) for each 2 x 2 window (wy, wx)
+// of output tile (ty, tx) of image n, channels [8 grp, 8 grp + 8), with `at` its place in the
+// pooling's output; windows past the pooled extent (an odd last row or column) are skipped.
+template <int M, class F>
+inline void for_each_window(const WinogradGeometry& g, int n, int ty, int tx, int grp, const F& f) {
+  const int ph = g.out_h / 2, pw = g.out_w / 2;
+  const int64_t base = group_base(n, grp * 8, g.cout, g.out_block, ph, pw);
+  for (int wy = 0; wy < M / 2 && ty * (M / 2) + wy < ph; ++wy)
+    for (int wx = 0; wx < M / 2 && tx * (M / 2) + wx < pw; ++wx)
+      f(wy, wx, base + (int64_t{ty * (M / 2) + wy} * pw + tx * (M / 2) + wx) * g.out_block);
+}
+
+// The windows of a rectified output tile t: their maxima and positions.
 template <int M>
 inline void pool_tile(const WinogradGeometry& g, const v8 (&t)[M][M], int n, int ty, int tx,
                       int grp, float* pooled, int32_t* positions) {
   static_assert(M % 2 == 0);
-  const int ph = g.out_h / 2, pw = g.out_w / 2;
-  const int64_t base = group_base(n, grp * 8, g.cout, g.out_block, ph, pw);
-  for (int wy = 0; wy < M / 2 && ty * (M / 2) + wy < ph; ++wy)
-    for (int wx = 0; wx < M / 2 && tx * (M / 2) + wx < pw; ++wx) {
-      const int64_t at = base + (int64_t{ty * (M / 2) + wy} * pw + tx * (M / 2) + wx) * g.out_block;
-      store_window_max(
-          4, [&](int q) { return t[2 * wy + q / 2][2 * wx + q % 2]; }, pooled + at, positions + at);
-    }
+  for_each_window<M>(g, n, ty, tx, grp, [&](int wy, int wx, int64_t at) {
+    store_window_max(
+        4, [&](int q) { return t[2 * wy + q / 2][2 * wx + q % 2]; }, pooled + at, positions + at);
+  });
 }
 
 // The adjoint of pool_tile: d = the pooled gradient at each window's recorded position, zero
@@ -211,17 +217,13 @@ inline void pool_tile(const WinogradGeometry& g, const v8 (&t)[M][M], int n, int
 template <int M>
 inline void unpool_tile(const WinogradGeometry& g, const float* dpooled, const int32_t* positions,
                         int n, int ty, int tx, int grp, v8 (&d)[M][M]) {
-  const int ph = g.out_h / 2, pw = g.out_w / 2;
-  const int64_t base = group_base(n, grp * 8, g.cout, g.out_block, ph, pw);
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < M; ++j) d[i][j] = v8{};
-  for (int wy = 0; wy < M / 2 && ty * (M / 2) + wy < ph; ++wy)
-    for (int wx = 0; wx < M / 2 && tx * (M / 2) + wx < pw; ++wx) {
-      const int64_t at = base + (int64_t{ty * (M / 2) + wy} * pw + tx * (M / 2) + wx) * g.out_block;
-      const v8 dv = load8(dpooled + at);
-      const v8i q = load8i(positions + at);
-      for (int k = 0; k < 4; ++k) d[2 * wy + k / 2][2 * wx + k % 2] = q == k ? dv : v8{};
-    }
+  for_each_window<M>(g, n, ty, tx, grp, [&](int wy, int wx, int64_t at) {
+    const v8 dv = load8(dpooled + at);
+    const v8i q = load8i(positions + at);
+    for (int k = 0; k < 4; ++k) d[2 * wy + k / 2][2 * wx + k % 2] = q == k ? dv : v8{};
+  });
 }
 
 template <int A, int M>
