@@ -176,7 +176,8 @@ void Trainer::Impl::train_step() {
   // which signal, and rank 0 then named neither the signal nor the checkpoint after it.
   constexpr int kSignals = static_cast<int>(std::size(kStopSignals));
   double agree[4 + kSignals] = {finite ? 0.0 : 1.0, loss_sum, correct, samples};
-  for (int k = 0; k < kSignals; ++k) agree[4 + k] = stop_signal_received() == kStopSignals[k];
+  const int seen = stop_signal_received();
+  for (int k = 0; k < kSignals; ++k) agree[4 + k] = seen == kStopSignals[k];
   world.allreduce_sum(agree, 4 + kSignals);
   if (agree[0] > 0) throw_diverged("the loss became NaN or Inf");
   images += agree[3];
