@@ -2,6 +2,8 @@
 // the sgemm peak of the same threads measured in the same run (oneDNN's dnnl_sgemm).
 //   model_bench [--model resnet20] [--batch 64] [--threads 1] [--seconds 3]
 //   model_bench --sgemm-only [--threads 2]     (the peak alone)
+//   --sgd: each step also runs the SGD update (lr 0.01, momentum 0.9) as the trainer does, so
+//   the weights change and per-weight work (Winograd's filter transform) runs every step.
 #include <dnnl.h>
 #include <omp.h>
 
@@ -51,6 +53,7 @@ int main(int argc, char** argv) {
   int batch = 64, threads = 1;
   double seconds = 3;
   bool sgemm_only = false;  // scripts/bench.sh: only the peak, for the roofline of a DDP run
+  bool sgd = false;
   for (int i = 1; i < argc; i += 2) {
     if (!std::strcmp(argv[i], "--sgemm-only")) {
       sgemm_only = true;
@@ -58,10 +61,16 @@ int main(int argc, char** argv) {
     } else if (i + 1 == argc) {
       std::fprintf(stderr, "model_bench: option %s needs a value\n", argv[i]);
       return 2;
-    } else if (!std::strcmp(argv[i], "--model")) model_name = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--batch")) batch = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--seconds")) seconds = std::atof(argv[i + 1]);
+    } else if (!std::strcmp(argv[i], "--model"))
+      model_name = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--batch"))
+      batch = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--threads"))
+      threads = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--seconds"))
+      seconds = std::atof(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--sgd"))
+      sgd = std::atoi(argv[i + 1]) != 0;
     else {
       std::fprintf(stderr, "model_bench: unknown option %s\n", argv[i]);
       return 2;
@@ -86,11 +95,17 @@ int main(int argc, char** argv) {
   Rng rng(3);
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = rng.normal();
   for (int i = 0; i < batch; ++i) y.data<int32_t>()[i] = static_cast<int32_t>(rng.uniform_int(10));
+  SgdConfig sgd_config;
+  sgd_config.lr = 0.01f;
+  const std::vector<ParamSpan> spans = model->decay_spans();
   auto step = [&] {
     const Tensor& logits = model->forward(x, true);
     loss->forward(batch, logits.data<float>(), y.data<int32_t>());
     loss->backward(batch, y.data<int32_t>(), dl.data<float>(), 1.0f / batch);
     model->backward(dl, false);
+    if (sgd)
+      backend->sgd_update(sgd_config, spans, model->param_count(), model->param_data(),
+                          model->grad_data(), model->momentum_data());
   };
   for (int i = 0; i < 3; ++i) step();  // primitives, caches, page faults
   std::vector<double> times;
@@ -107,13 +122,15 @@ int main(int argc, char** argv) {
   const double median = times[times.size() / 2], best = times.front();
   const double peak = sgemm_peak_gflops(threads);
   const double per_image = train_gflop_per_image(model_name);
-  std::printf("model %s batch %d threads %d: forward+backward %.2f ms/step median, %.2f best "
-              "(%zu steps): %.0f images/s median, %.0f best\n",
-              model_name.c_str(), batch, threads, median * 1e3, best * 1e3, times.size(),
-              batch / median, batch / best);
-  std::printf("achieved %.1f GFLOP/s best (%.3f GFLOP/image) = %.1f%% of the sgemm peak %.1f "
-              "GFLOP/s (%d thread%s, best of its runs, measured in this run)\n",
-              batch / best * per_image, per_image, 100.0 * batch / best * per_image / peak, peak,
-              threads, threads == 1 ? "" : "s");
+  std::printf(
+      "model %s batch %d threads %d: forward+backward%s %.2f ms/step median, %.2f best "
+      "(%zu steps): %.0f images/s median, %.0f best\n",
+      model_name.c_str(), batch, threads, sgd ? "+sgd" : "", median * 1e3, best * 1e3, times.size(),
+      batch / median, batch / best);
+  std::printf(
+      "achieved %.1f GFLOP/s best (%.3f GFLOP/image) = %.1f%% of the sgemm peak %.1f "
+      "GFLOP/s (%d thread%s, best of its runs, measured in this run)\n",
+      batch / best * per_image, per_image, 100.0 * batch / best * per_image / peak, peak, threads,
+      threads == 1 ? "" : "s");
   return 0;
 }

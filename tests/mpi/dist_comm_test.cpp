@@ -196,17 +196,21 @@ class Recorder final : public Communicator {
   std::string name() const override { return "recorder"; }
   void broadcast(void* d, size_t b, int root) override { inner_.broadcast(d, b, root); }
   void allreduce(void* d, int64_t n, CommType t, ReduceOp op) override {
+    record(d, n);  // the reducer's last bucket (Note [The last bucket blocks])
     inner_.allreduce(d, n, t, op);
   }
   void barrier() override { inner_.barrier(); }
   void progress() override { inner_.progress(); }
   std::unique_ptr<CommWork> allreduce_async(void* d, int64_t n, CommType t, ReduceOp op) override {
-    trace.push_back(static_cast<float*>(d) - base);
-    trace.push_back(n);
+    record(d, n);
     return inner_.allreduce_async(d, n, t, op);
   }
 
  private:
+  void record(void* d, int64_t n) {
+    trace.push_back(static_cast<float*>(d) - base);
+    trace.push_back(n);
+  }
   Communicator& inner_;
 };
 

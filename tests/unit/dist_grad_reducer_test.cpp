@@ -1,5 +1,5 @@
-// GradReducer against a recording communicator: launch timing, plan order, no-overlap,
-// accumulation (set_sync) and misuse.
+// GradReducer against a recording communicator: launch timing, plan order, the blocking last
+// bucket, no-overlap, accumulation (set_sync) and misuse.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -16,6 +16,8 @@ class RecordingComm final : public Communicator {
   explicit RecordingComm(int world) : world_(world) {}
   struct Launch {
     int64_t offset, count;
+    bool blocking;
+    int waits_before;  // handles waited on when it was issued
   };
   std::vector<Launch> launches;
   int waits = 0;
@@ -26,14 +28,22 @@ class RecordingComm final : public Communicator {
   Device device() const override { return Device::kCpu; }
   std::string name() const override { return "recording"; }
   void broadcast(void*, size_t, int) override {}
-  void allreduce(void*, int64_t, CommType, ReduceOp) override {}
+  void allreduce(void* data, int64_t count, CommType type, ReduceOp op) override {
+    EXPECT_EQ(type, CommType::kF32);
+    EXPECT_EQ(op, ReduceOp::kSum);
+    launches.push_back({static_cast<float*>(data) - base, count, true, waits});
+    scale(static_cast<float*>(data), count);
+  }
   void barrier() override {}
   std::unique_ptr<CommWork> allreduce_async(void* data, int64_t count, CommType type,
                                             ReduceOp op) override {
     EXPECT_EQ(type, CommType::kF32);
     EXPECT_EQ(op, ReduceOp::kSum);
-    launches.push_back({static_cast<float*>(data) - base, count});
+    launches.push_back({static_cast<float*>(data) - base, count, false, waits});
     return std::make_unique<Work>(this, static_cast<float*>(data), count);
+  }
+  void scale(float* data, int64_t count) const {
+    for (int64_t i = 0; i < count; ++i) data[i] *= static_cast<float>(world_);
   }
 
  private:
@@ -43,7 +53,7 @@ class RecordingComm final : public Communicator {
       if (done) return;
       done = true;
       ++comm->waits;
-      for (int64_t i = 0; i < count; ++i) data[i] *= static_cast<float>(comm->world_);
+      comm->scale(data, count);
     }
     RecordingComm* comm;
     float* data;
@@ -89,32 +99,59 @@ TEST(GradReducer, LaunchesEachBucketWhenReadyInPlanOrder) {
   ASSERT_EQ(f.comm.launches.size(), 1u);
   r.mark_ready(1);
   ASSERT_EQ(f.comm.launches.size(), 3u);
+  // The last bucket waits for wait() (Note [The last bucket blocks]).
   r.mark_ready(3);
+  ASSERT_EQ(f.comm.launches.size(), 3u);
+  r.wait();
   ASSERT_EQ(f.comm.launches.size(), 4u);
   const int64_t offsets[4] = {0, 100, 300, 600};
   for (int b = 0; b < 4; ++b) {
     EXPECT_EQ(f.comm.launches[b].offset, offsets[b]);
     EXPECT_EQ(f.comm.launches[b].count, 100 * (b + 1));
+    EXPECT_EQ(f.comm.launches[b].blocking, b == 3) << b;
   }
-  r.wait();
-  EXPECT_EQ(f.comm.waits, 4);
+  EXPECT_EQ(f.comm.waits, 3);
   for (size_t i = 0; i < f.grad.size(); ++i) ASSERT_EQ(f.grad[i], 4.0f * before[i]) << i;
   EXPECT_FLOAT_EQ(r.grad_scale(), 0.25f);
 }
 
+TEST(GradReducer, TheLastBucketBlocksOnceTheOthersAreDone) {
+  Fixture f;
+  GradReducer r(BucketPlan(four_tensors(), 0), f.comm, f.grad.data());
+  for (int i : {0, 1, 2, 3}) r.mark_ready(i);
+  r.wait();
+  ASSERT_EQ(f.comm.launches.size(), 4u);
+  EXPECT_TRUE(f.comm.launches[3].blocking);
+  EXPECT_EQ(f.comm.launches[3].waits_before, 3);  // every launched bucket was complete
+
+  // One bucket for everything: nothing goes out during backward; wait() reduces it in place.
+  Fixture g;
+  const std::vector<float> before = g.grad;
+  GradReducer one(BucketPlan(four_tensors(), 25), g.comm, g.grad.data());
+  ASSERT_EQ(one.plan().size(), 1);
+  for (int i : {3, 2, 1, 0}) one.mark_ready(i);
+  EXPECT_EQ(g.comm.launches.size(), 0u);
+  one.wait();
+  ASSERT_EQ(g.comm.launches.size(), 1u);
+  EXPECT_TRUE(g.comm.launches[0].blocking);
+  EXPECT_EQ(g.comm.launches[0].count, 1000);
+  for (size_t i = 0; i < g.grad.size(); ++i) ASSERT_EQ(g.grad[i], 4.0f * before[i]) << i;
+}
+
 TEST(GradReducer, FusedBucketWaitsForAllItsTensors) {
   Fixture f;
-  GradReducer r(BucketPlan(four_tensors(), 25), f.comm, f.grad.data());  // one bucket
-  ASSERT_EQ(r.plan().size(), 1);
+  // 0.0015 MiB (1572 bytes) fuses tensors 0 and 1 (400 + 800 bytes); 2 and 3 go alone.
+  GradReducer r(BucketPlan(four_tensors(), 0.0015), f.comm, f.grad.data());
+  ASSERT_EQ(r.plan().size(), 3);
   auto ready = r.ready_fn();
-  ready(3);
   ready(1);
-  ready(0);
   EXPECT_EQ(f.comm.launches.size(), 0u);
-  ready(2);
+  ready(0);
   ASSERT_EQ(f.comm.launches.size(), 1u);
   EXPECT_EQ(f.comm.launches[0].offset, 0);
-  EXPECT_EQ(f.comm.launches[0].count, 1000);
+  EXPECT_EQ(f.comm.launches[0].count, 300);
+  ready(2);
+  ready(3);
   r.wait();
 }
 
@@ -126,7 +163,8 @@ TEST(GradReducer, NoOverlapLaunchesEverythingInWait) {
   r.wait();
   ASSERT_EQ(f.comm.launches.size(), 4u);
   for (int b = 1; b < 4; ++b) EXPECT_GT(f.comm.launches[b].offset, f.comm.launches[b - 1].offset);
-  EXPECT_EQ(f.comm.waits, 4);
+  EXPECT_EQ(f.comm.waits, 3);
+  EXPECT_TRUE(f.comm.launches[3].blocking);
 }
 
 TEST(GradReducer, AccumulationStepsDoNotCommunicate) {

@@ -66,7 +66,8 @@ class GradReducer {
   // The callback for Model::backward: forwards to mark_ready (empty when nothing is needed).
   GradReadyFn ready_fn();
   // Returns when every bucket is reduced (launching any not yet launched, e.g. with
-  // overlap off), then readies the reducer for the next backward. Rethrows a failed collective.
+  // overlap off, and reducing the last one in place: Note [The last bucket blocks]), then readies
+  // the reducer for the next backward. Rethrows a failed collective.
   void wait();
 
   // Multiply reduced gradients by this to get the average (Note [Folded averaging]).
@@ -76,7 +77,7 @@ class GradReducer {
 
  private:
   void launch_ready_buckets();
-  void launch(int bucket);
+  void launch(int bucket, bool blocking);
   void reset();
 
   BucketPlan plan_;
