@@ -201,6 +201,54 @@ TEST(ConvOpWinograd, BaselineLoopsMatchTheAvx2Ones) {
   }
 }
 
+// The filter transform u = g w g^T and its adjoint (Note [Filter transforms in registers]),
+// in every instance and instruction set, against g applied in double; the adjoint by
+// <filter(w), du> = <w, filter_adjoint(du)>, and with accumulate, adding to what dw held.
+TEST(ConvOpWinograd, FilterTransformsApplyTheMatrices) {
+  const int cin = 16, cout = 24;
+  for (auto [m, r] : {std::pair{2, 3}, {4, 3}, {2, 5}, {4, 5}}) {
+    const cpu::WinogradMatrices mat = cpu::winograd_matrices(m, r);
+    const cpu::WinogradMatricesF64 g64 = cpu::winograd_matrices_f64(m, r);
+    const int a = mat.alpha;
+    const auto w = random_vector(size_t(cout) * cin * r * r, 41);
+    const auto du = random_vector(size_t(a) * a * cin * cout, 42);
+    std::vector<double> u_want(du.size()), dw_want(w.size());
+    for (int co = 0; co < cout; ++co)
+      for (int ci = 0; ci < cin; ++ci)
+        for (int i = 0; i < a; ++i)
+          for (int j = 0; j < a; ++j) {
+            const size_t at = (size_t(i * a + j) * cin + ci) * cout + co;
+            for (int k = 0; k < r; ++k)
+              for (int l = 0; l < r; ++l) {
+                const double gg = g64.g[size_t(i * r + k)] * g64.g[size_t(j * r + l)];
+                const size_t wat = (size_t(co) * cin + ci) * r * r + size_t(k * r + l);
+                u_want[at] += gg * w[wat];
+                dw_want[wat] += gg * du[at];
+              }
+          }
+    double lhs = 0, rhs = 0;  // <u, du> and <w, dw>, both from the double transforms
+    for (size_t i = 0; i < du.size(); ++i) lhs += u_want[i] * du[i];
+    for (size_t i = 0; i < w.size(); ++i) rhs += w[i] * dw_want[i];
+    ASSERT_NEAR(lhs, rhs, 1e-9 * std::max(1.0, std::abs(lhs)));
+    cpu::WinogradGeometry geo;
+    geo.m = m, geo.r = r, geo.alpha = a, geo.cin = cin, geo.cout = cout;
+    for (const cpu::WinogradKernels* k :
+         {cpu::winograd_kernels_generic(m, r), cpu::winograd_kernels_avx2(m, r)}) {
+      if (k == nullptr) continue;  // no AVX2 build
+      SCOPED_TRACE("F(" + std::to_string(m) + "," + std::to_string(r) + ")");
+      std::vector<float> u(du.size()), dw(w.size()), dw_added(w.size(), 0.5f);
+      k->filter(geo, mat.g.data(), w.data(), u.data());
+      k->filter_adjoint(geo, mat.g.data(), du.data(), dw.data(), false);
+      k->filter_adjoint(geo, mat.g.data(), du.data(), dw_added.data(), true);
+      EXPECT_TRUE(winograd_close(u, u_want)) << "filter";
+      EXPECT_TRUE(winograd_close(dw, dw_want)) << "filter_adjoint";
+      std::vector<double> plus_half = dw_want;
+      for (double& v : plus_half) v += 0.5;
+      EXPECT_TRUE(winograd_close(dw_added, plus_half)) << "filter_adjoint, accumulate";
+    }
+  }
+}
+
 // kAuto takes Winograd where it was measured faster (5x5, 16 channels or more, stride 1) and
 // the direct kernels elsewhere; kDirect never takes it.
 TEST(ConvOpWinograd, AutoPicksPerLayer) {

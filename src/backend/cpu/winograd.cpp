@@ -297,8 +297,6 @@ class WinogradConv2d final : public Conv2dOp {
       u_.resize(filters);
       ut_.resize(filters);
       du_.resize(filters);
-      wt_.resize(size_t(g.cin) * g.r * g.r * g.cout);
-      tmp_.resize(size_t(g.cin) * g.alpha * g.alpha * g.cout);
     }
   }
 
@@ -309,40 +307,9 @@ class WinogradConv2d final : public Conv2dOp {
     const size_t count = size_t(geo_.cout) * geo_.cin * geo_.r * geo_.r;
     if (u_of_.size() == count && std::memcmp(u_of_.data(), w, count * sizeof(float)) == 0) return;
     u_of_.assign(w, w + count);
-    const int a = geo_.alpha, r = geo_.r, cin = geo_.cin, cout = geo_.cout;
-    const float* gm = mat_.g.data();
-    float* wt = wt_.data();
-#pragma omp parallel for schedule(static) if (int64_t{cin} * cout * a * a >= (1 << 16))
-    for (int ci = 0; ci < cin; ++ci) {
-      float* wc = wt + size_t(ci) * r * r * cout;
-      for (int co = 0; co < cout; ++co)
-        for (int kl = 0; kl < r * r; ++kl)
-          wc[size_t(kl) * cout + co] = w[(size_t(co) * cin + ci) * r * r + kl];
-      float* t = tmp_.data() + size_t(ci) * a * r * cout;  // (G w)[i][l][co]
-      for (int i = 0; i < a; ++i)
-        for (int l = 0; l < r; ++l) {
-          float* dst = t + (size_t(i) * r + l) * cout;
-          std::fill(dst, dst + cout, 0.0f);
-          for (int k = 0; k < r; ++k) {
-            const float c = gm[i * r + k];
-            const float* src = wc + (size_t(k) * r + l) * cout;
-            for (int co = 0; co < cout; ++co) dst[co] += c * src[co];
-          }
-        }
-      for (int i = 0; i < a; ++i)
-        for (int j = 0; j < a; ++j) {
-          float* dst = u_.data() + (size_t(i * a + j) * cin + ci) * cout;
-          std::fill(dst, dst + cout, 0.0f);
-          for (int l = 0; l < r; ++l) {
-            const float c = gm[j * r + l];
-            const float* src = t + (size_t(i) * r + l) * cout;
-            for (int co = 0; co < cout; ++co) dst[co] += c * src[co];
-          }
-        }
-    }
+    kernels_->filter(geo_, mat_.g.data(), w, u_.data());  // Note [Filter transforms in registers]
   }
 
-  // ut[p][co][ci] = u[p][ci][co]: B of backward-data's products.
   void transpose_filter() {
     const int cin = geo_.cin, cout = geo_.cout;
     for (int64_t p = 0; p < points_; ++p) {
@@ -355,39 +322,7 @@ class WinogradConv2d final : public Conv2dOp {
 
   // dw[co][ci] = Gt du[.][ci][co] G (the adjoint of transform_filter), stored or added.
   void filter_gradient(float* dw, bool accumulate) {
-    const int a = geo_.alpha, r = geo_.r, cin = geo_.cin, cout = geo_.cout;
-    const float* gm = mat_.g.data();
-#pragma omp parallel for schedule(static) if (int64_t{cin} * cout * a * a >= (1 << 16))
-    for (int ci = 0; ci < cin; ++ci) {
-      float* t = tmp_.data() + size_t(ci) * a * a * cout;  // (Gt du)[k][j][co], k < r
-      for (int k = 0; k < r; ++k)
-        for (int j = 0; j < a; ++j) {
-          float* dst = t + (size_t(k) * a + j) * cout;
-          std::fill(dst, dst + cout, 0.0f);
-          for (int i = 0; i < a; ++i) {
-            const float c = gm[i * r + k];
-            const float* src = du_.data() + (size_t(i * a + j) * cin + ci) * cout;
-            for (int co = 0; co < cout; ++co) dst[co] += c * src[co];
-          }
-        }
-      float* wc = wt_.data() + size_t(ci) * r * r * cout;  // dw[ci][k][l][co]
-      for (int k = 0; k < r; ++k)
-        for (int l = 0; l < r; ++l) {
-          float* dst = wc + (size_t(k) * r + l) * cout;
-          std::fill(dst, dst + cout, 0.0f);
-          for (int j = 0; j < a; ++j) {
-            const float c = gm[j * r + l];
-            const float* src = t + (size_t(k) * a + j) * cout;
-            for (int co = 0; co < cout; ++co) dst[co] += c * src[co];
-          }
-        }
-      for (int co = 0; co < cout; ++co)
-        for (int kl = 0; kl < r * r; ++kl) {
-          float& out = dw[(size_t(co) * cin + ci) * r * r + kl];
-          const float v = wc[size_t(kl) * cout + co];
-          out = accumulate ? out + v : v;
-        }
-    }
+    kernels_->filter_adjoint(geo_, mat_.g.data(), du_.data(), dw, accumulate);
   }
 
   CpuContext ctx_;
@@ -402,7 +337,7 @@ class WinogradConv2d final : public Conv2dOp {
   // Grow-only buffers: transformed input (and dV), transformed output (and dM), filters and
   // their transpose, filter gradients, the transposed filter, and the filter transforms'
   // partial products.
-  std::vector<float> v_, m_, u_, ut_, du_, wt_, tmp_;
+  std::vector<float> v_, m_, u_, ut_, du_;
   std::vector<float> u_of_;  // the weights u_ was transformed from
 };
 

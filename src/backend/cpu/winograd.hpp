@@ -91,6 +91,11 @@ struct WinogradKernels {
                     int n1, float* db);
   // The per-point GEMMs (points in parallel).
   void (*gemm)(const WinogradGemm& args);
+  // u[p][ci][co] = (g w g^T)[p] of the weights w[cout][cin][r][r], g being a x r.
+  void (*filter)(const WinogradGeometry& g, const float* gm, const float* w, float* u);
+  // dw[co][ci] = g^T du[.][ci][co] g, stored or (accumulate) added.
+  void (*filter_adjoint)(const WinogradGeometry& g, const float* gm, const float* du, float* dw,
+                         bool accumulate);
 };
 // The loops for F(m x m, r x r) compiled for AVX2 + FMA (null where not built or no such
 // instance), and for the baseline instruction set (null where no such instance).

@@ -15,12 +15,10 @@
 
 #include "backend/cpu/vec8.hpp"
 #include "backend/cpu/winograd.hpp"
+#include "backend/cpu/winograd_filter_gemm.hpp"
 
 namespace ddpv::cpu::DDPV_WINOGRAD_ISA {
 namespace {
-
-// Below this many floats of work a loop runs on one thread.
-constexpr int64_t kParallelMin = 1 << 16;
 
 // Where the 8 channels [c, c + 8) of image n start in an activation of `channels` channels,
 // h x w, in blocks of `block`; consecutive positions are `block` floats apart.
@@ -339,74 +337,10 @@ void bias_grad(const WinogradGeometry& g, const float* dy, const int32_t* positi
   }
 }
 
-// Rows [i0, i0 + R) and columns [j0, j0 + 8 V) of one point's C: R x V vectors of
-// accumulators in registers (6 x 2 leaves 3 of AVX2's 16 for B and A); each step of k loads V
-// vectors of B and broadcasts R values of A.
-template <int R, int V>
-inline void gemm_block(const WinogradGemm& g, const float* a, const float* b, float* c) {
-  v8 acc[R][V];
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < V; ++v) acc[r][v] = g.accumulate ? load8(c + r * g.ldc + 8 * v) : v8{};
-  for (int64_t kk = 0; kk < g.k; ++kk) {
-    const float* bk = b + kk * g.ldb;
-    v8 bv[V];
-    for (int v = 0; v < V; ++v) bv[v] = load8(bk + 8 * v);
-    const float* ak = a + kk * g.a_col;
-    for (int r = 0; r < R; ++r) {
-      const v8 av = splat(ak[r * g.a_row]);
-      for (int v = 0; v < V; ++v) acc[r][v] += av * bv[v];
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < V; ++v) store8(c + r * g.ldc + 8 * v, acc[r][v]);
-}
-
-template <int V>
-inline void gemm_rows(const WinogradGemm& g, int64_t rows, const float* a, const float* b,
-                      float* c) {
-  switch (rows) {
-    case 1:
-      return gemm_block<1, V>(g, a, b, c);
-    case 2:
-      return gemm_block<2, V>(g, a, b, c);
-    case 3:
-      return gemm_block<3, V>(g, a, b, c);
-    case 4:
-      return gemm_block<4, V>(g, a, b, c);
-    case 5:
-      return gemm_block<5, V>(g, a, b, c);
-    default:
-      return gemm_block<6, V>(g, a, b, c);
-  }
-}
-
-// Note [Winograd GEMMs]: dnnl_sgemm ran the per-point products (64 rows, k and n of 32 to 64)
-// at 40-50 GFLOP/s on an AVX2 core, its packing and dispatch a large part of such small
-// problems. Blocks of 6 rows x 16 columns with A and B read in place reach more (see
-// docs/performance.md), and the points run in parallel.
-void gemm(const WinogradGemm& g) {
-#pragma omp parallel for schedule(static) if (g.points * g.m * g.n * g.k >= (1 << 20))
-  for (int64_t p = 0; p < g.points; ++p) {
-    const float* a = g.a + p * g.a_point;
-    const float* b = g.b + p * g.b_point;
-    float* c = g.c + p * g.c_point;
-    for (int64_t i0 = 0, rows = 0; i0 < g.m; i0 += rows) {
-      // Blocks of 6 rows; a remainder of 1 to 5 shares the last 6 (32 rows: 6 6 6 6 4 4, not
-      // 6 6 6 6 6 2, whose block of 2 holds too few accumulators to hide the FMA latency).
-      const int64_t left = g.m - i0;
-      rows = left > 6 && left < 12 ? (left + 1) / 2 : std::min<int64_t>(6, left);
-      const float* ai = a + i0 * g.a_row;
-      float* ci = c + i0 * g.ldc;
-      int64_t j0 = 0;
-      for (; j0 + 16 <= g.n; j0 += 16) gemm_rows<2>(g, rows, ai, b + j0, ci + j0);
-      if (j0 < g.n) gemm_rows<1>(g, rows, ai, b + j0, ci + j0);
-    }
-  }
-}
-
 template <int A, int M>
-constexpr WinogradKernels kInstance{&input<A, M>,         &output<A, M>, &output_adjoint<A, M>,
-                                    &input_adjoint<A, M>, &bias_grad,    &gemm};
+constexpr WinogradKernels kInstance{
+    &input<A, M>, &output<A, M>, &output_adjoint<A, M>, &input_adjoint<A, M>,
+    &bias_grad,   &gemm,         &filter<A, M>,         &filter_adjoint<A, M>};
 
 }  // namespace
 

@@ -1,0 +1,153 @@
+// The Winograd loops other than the per-tile transforms: the filter transforms and the
+// per-point GEMMs (Note [Winograd convolution] in winograd.cpp). Included by
+// winograd_kernels.hpp, inside the namespace DDPV_WINOGRAD_ISA of its instruction set.
+#ifndef DDPV_WINOGRAD_ISA
+#error "define DDPV_WINOGRAD_ISA (the namespace of this instruction set) before including"
+#endif
+
+#include <algorithm>
+#include <cstdint>
+
+#include "backend/cpu/vec8.hpp"
+#include "backend/cpu/winograd.hpp"
+
+namespace ddpv::cpu::DDPV_WINOGRAD_ISA {
+namespace {
+
+// Below this many floats of work a loop runs on one thread.
+constexpr int64_t kParallelMin = 1 << 16;
+
+// Note [Filter transforms in registers]: u = g w g^T for each (input channel, 8 output
+// channels) in vectors, the 5 x 5 filter gathered once from w's [cout][cin][r][r] and the
+// 8 x 5 and 8 x 8 intermediates kept in registers and L1; and its adjoint dw = g^T du g. As
+// generic loops over a runtime cout in winograd.cpp (baseline instruction set, each
+// intermediate row zeroed and accumulated in memory) they took 2.3% of a lenet step.
+
+// u[p][ci][co] = (g w[co][ci] g^T)[p], p = i a + j.
+template <int A, int M>
+void filter(const WinogradGeometry& geo, const float* gm, const float* w, float* u) {
+  constexpr int R = A - M + 1;
+  const int cin = geo.cin, cout = geo.cout;
+#pragma omp parallel for schedule(static) if (int64_t{cin} * cout * A * A >= kParallelMin)
+  for (int ci = 0; ci < cin; ++ci) {
+    for (int co = 0; co < cout; co += 8) {
+      alignas(32) float f[R * R][8];
+      for (int lane = 0; lane < 8; ++lane) {
+        const float* src = w + (int64_t{co + lane} * cin + ci) * R * R;
+        for (int kl = 0; kl < R * R; ++kl) f[kl][lane] = src[kl];
+      }
+      v8 t[A][R];  // g w
+      for (int i = 0; i < A; ++i)
+        for (int l = 0; l < R; ++l) {
+          v8 acc{};
+          for (int k = 0; k < R; ++k) acc += splat(gm[i * R + k]) * load8(f[k * R + l]);
+          t[i][l] = acc;
+        }
+      for (int i = 0; i < A; ++i)
+        for (int j = 0; j < A; ++j) {
+          v8 acc{};
+          for (int l = 0; l < R; ++l) acc += splat(gm[j * R + l]) * t[i][l];
+          store8(u + (int64_t{i * A + j} * cin + ci) * cout + co, acc);
+        }
+    }
+  }
+}
+
+// dw[co][ci] = g^T du[.][ci][co] g (the adjoint of filter), stored or added.
+template <int A, int M>
+void filter_adjoint(const WinogradGeometry& geo, const float* gm, const float* du, float* dw,
+                    bool accumulate) {
+  constexpr int R = A - M + 1;
+  const int cin = geo.cin, cout = geo.cout;
+#pragma omp parallel for schedule(static) if (int64_t{cin} * cout * A * A >= kParallelMin)
+  for (int ci = 0; ci < cin; ++ci) {
+    for (int co = 0; co < cout; co += 8) {
+      v8 t[R][A]{};  // g^T du
+      for (int i = 0; i < A; ++i)
+        for (int j = 0; j < A; ++j) {
+          const v8 d = load8(du + (int64_t{i * A + j} * cin + ci) * cout + co);
+          for (int k = 0; k < R; ++k) t[k][j] += splat(gm[i * R + k]) * d;
+        }
+      alignas(32) float f[R * R][8];
+      for (int k = 0; k < R; ++k)
+        for (int l = 0; l < R; ++l) {
+          v8 acc{};
+          for (int j = 0; j < A; ++j) acc += splat(gm[j * R + l]) * t[k][j];
+          store8(f[k * R + l], acc);
+        }
+      for (int lane = 0; lane < 8; ++lane) {
+        float* dst = dw + (int64_t{co + lane} * cin + ci) * R * R;
+        for (int kl = 0; kl < R * R; ++kl)
+          dst[kl] = accumulate ? dst[kl] + f[kl][lane] : f[kl][lane];
+      }
+    }
+  }
+}
+
+// Rows [i0, i0 + R) and columns [j0, j0 + 8 V) of one point's C: R x V vectors of
+// accumulators in registers (6 x 2 leaves 3 of AVX2's 16 for B and A); each step of k loads V
+// vectors of B and broadcasts R values of A.
+template <int R, int V>
+inline void gemm_block(const WinogradGemm& g, const float* a, const float* b, float* c) {
+  v8 acc[R][V];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) acc[r][v] = g.accumulate ? load8(c + r * g.ldc + 8 * v) : v8{};
+  for (int64_t kk = 0; kk < g.k; ++kk) {
+    const float* bk = b + kk * g.ldb;
+    v8 bv[V];
+    for (int v = 0; v < V; ++v) bv[v] = load8(bk + 8 * v);
+    const float* ak = a + kk * g.a_col;
+    for (int r = 0; r < R; ++r) {
+      const v8 av = splat(ak[r * g.a_row]);
+      for (int v = 0; v < V; ++v) acc[r][v] += av * bv[v];
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) store8(c + r * g.ldc + 8 * v, acc[r][v]);
+}
+
+template <int V>
+inline void gemm_rows(const WinogradGemm& g, int64_t rows, const float* a, const float* b,
+                      float* c) {
+  switch (rows) {
+    case 1:
+      return gemm_block<1, V>(g, a, b, c);
+    case 2:
+      return gemm_block<2, V>(g, a, b, c);
+    case 3:
+      return gemm_block<3, V>(g, a, b, c);
+    case 4:
+      return gemm_block<4, V>(g, a, b, c);
+    case 5:
+      return gemm_block<5, V>(g, a, b, c);
+    default:
+      return gemm_block<6, V>(g, a, b, c);
+  }
+}
+
+// Note [Winograd GEMMs]: dnnl_sgemm ran the per-point products (64 rows, k and n of 32 to 64)
+// at 40-50 GFLOP/s on an AVX2 core, its packing and dispatch a large part of such small
+// problems. Blocks of 6 rows x 16 columns with A and B read in place reach more (see
+// docs/performance.md), and the points run in parallel.
+void gemm(const WinogradGemm& g) {
+#pragma omp parallel for schedule(static) if (g.points * g.m * g.n * g.k >= (1 << 20))
+  for (int64_t p = 0; p < g.points; ++p) {
+    const float* a = g.a + p * g.a_point;
+    const float* b = g.b + p * g.b_point;
+    float* c = g.c + p * g.c_point;
+    for (int64_t i0 = 0, rows = 0; i0 < g.m; i0 += rows) {
+      // Blocks of 6 rows; a remainder of 1 to 5 shares the last 6 (32 rows: 6 6 6 6 4 4, not
+      // 6 6 6 6 6 2, whose block of 2 holds too few accumulators to hide the FMA latency).
+      const int64_t left = g.m - i0;
+      rows = left > 6 && left < 12 ? (left + 1) / 2 : std::min<int64_t>(6, left);
+      const float* ai = a + i0 * g.a_row;
+      float* ci = c + i0 * g.ldc;
+      int64_t j0 = 0;
+      for (; j0 + 16 <= g.n; j0 += 16) gemm_rows<2>(g, rows, ai, b + j0, ci + j0);
+      if (j0 < g.n) gemm_rows<1>(g, rows, ai, b + j0, ci + j0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ddpv::cpu::DDPV_WINOGRAD_ISA
