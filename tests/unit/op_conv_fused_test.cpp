@@ -28,7 +28,8 @@ TEST(ConvOpSingleChannel, MatchesTheNaiveLoopInEveryLayout) {
     for (ConvCase cc :
          {ConvCase{3, 1, 32, 28, 28, 5, 1, 2, true}, ConvCase{2, 1, 16, 7, 9, 3, 2, 1, false},
           ConvCase{2, 1, 8, 3, 3, 5, 1, 1, true},  // windows mostly padding
-          ConvCase{1, 1, 16, 6, 5, 3, 1, 0, true}}) {
+          ConvCase{1, 1, 16, 6, 5, 3, 1, 0, true},
+          ConvCase{2, 1, 24, 7, 9, 5, 1, 2, true}}) {  // a pair of channel groups and a lone one
       Conv2dConfig c = cc.config();
       c.out_block = block_for(c.out_channels, block);
       auto op = backend->conv2d(c);
@@ -218,12 +219,12 @@ FusedPooling fuse_pooling(Backend& backend, const Conv2dConfig& c, int n, int pk
 TEST(ConvOpSingleChannel, PoolsItsOwnOutputWhenFused) {
   uint64_t seed = 2500;
   for (int block : {0, 8}) {
-    for (int pk : {2, 3}) {
+    for (auto [pk, co] : {std::pair{2, 16}, {3, 16}, {2, 24}}) {  // 24: a lone channel group
       BackendOptions o;
       o.threads = 1;
       o.activation_block = block;
       auto backend = make_backend(o);
-      const ConvCase cc{2, 1, 16, 9, 7, 3, 1, 1, true};  // output 9x7: partial windows at the edge
+      const ConvCase cc{2, 1, co, 9, 7, 3, 1, 1, true};  // output 9x7: partial windows at the edge
       Conv2dConfig c = cc.config();
       c.out_block = block_for(c.out_channels, block);
       SCOPED_TRACE(cc.str() + " block " + std::to_string(block) + " pool " + std::to_string(pk));
@@ -232,7 +233,7 @@ TEST(ConvOpSingleChannel, PoolsItsOwnOutputWhenFused) {
       ASSERT_NE(f.positions, nullptr);
 
       ConvProblem p(backend.get(), c, cc.n, seed);
-      const int oh = c.out_h(), ow = c.out_w(), co = 16;
+      const int oh = c.out_h(), ow = c.out_w();
       const int64_t ohw = int64_t{oh} * ow, phw = int64_t{oh / pk} * (ow / pk);
       const size_t npooled = static_cast<size_t>(cc.n * phw * co);
       const auto dy = random_vector(npooled, seed++);

@@ -46,46 +46,70 @@ void pad_images(const Geometry& g, int n, const float* x, float* xp) {
                   xp + (int64_t{i} * ph + y + g.p) * pw + g.p);
 }
 
-// Outputs [ox, ox + B) of row oy, channels [8 grp, 8 grp + 8): B accumulators in registers,
-// each weight vector loaded once for all B.
-template <int B>
-DDPV_INLINE void forward_run(const Geometry& g, const float* xp, const float* wg, v8 b, int oy,
-                             int ox, float* yrow, int64_t stride) {
-  const int pw = g.w + 2 * g.p;
-  v8 acc[B];
-  for (int j = 0; j < B; ++j) acc[j] = b;
+// Outputs [ox, ox + B) of row oy, channels [8 grp, 8 grp + 8 G): G x B accumulators in
+// registers; each step loads G weight vectors (group j's at wg + j * k * k * 8) and broadcasts
+// B inputs (Note [Two channel groups per run]).
+template <int B, int G>
+DDPV_INLINE void forward_run(const Geometry& g, const float* xp, const float* wg, const v8* b,
+                             int oy, int ox, float* const* yrow, int64_t stride) {
+  const int pw = g.w + 2 * g.p, kk = g.k * g.k;
+  v8 acc[G][B];
+  for (int j = 0; j < G; ++j)
+    for (int o = 0; o < B; ++o) acc[j][o] = b[j];
   for (int ky = 0; ky < g.k; ++ky) {
     const float* xr = xp + int64_t{oy * g.s + ky} * pw + ox * g.s;
     for (int kx = 0; kx < g.k; ++kx) {
-      const v8 wv = load8(wg + (ky * g.k + kx) * 8);
-      for (int j = 0; j < B; ++j) acc[j] += xr[j * g.s + kx] * wv;
+      v8 wv[G];
+      for (int j = 0; j < G; ++j) wv[j] = load8(wg + (j * kk + ky * g.k + kx) * 8);
+      for (int o = 0; o < B; ++o) {
+        const float xv = xr[o * g.s + kx];
+        for (int j = 0; j < G; ++j) acc[j][o] += xv * wv[j];
+      }
     }
   }
-  for (int j = 0; j < B; ++j) {
-    if (g.relu) acc[j] = acc[j] <= 0.0f ? v8{} : acc[j];
-    store8(yrow + int64_t{ox + j} * stride, acc[j]);
-  }
+  for (int j = 0; j < G; ++j)
+    for (int o = 0; o < B; ++o) {
+      if (g.relu) acc[j][o] = acc[j][o] <= 0.0f ? v8{} : acc[j][o];
+      store8(yrow[j] + int64_t{ox + o} * stride, acc[j][o]);
+    }
 }
 
-// Row oy of channels [8 grp, 8 grp + 8), output x at yrow + x * stride.
-DDPV_INLINE void forward_row(const Geometry& g, const float* xp, const float* wg, v8 b, int oy,
-                             float* yrow, int64_t stride) {
+// Note [Two channel groups per run]: with one group of 8 channels a step of the run loads a
+// weight vector and broadcasts 8 inputs for 8 FMAs, so the loads, not the FMAs, bound it
+// (lenet's conv1 forward ran at 57 GFLOP/s). Two groups share each broadcast input: 4 outputs
+// x 2 groups load 2 weight vectors and broadcast 4 inputs for 8 FMAs, and 28 outputs make 7
+// runs of 4 with no remainder. A lone last group keeps runs of 8 outputs.
+
+// Row oy of channels [8 grp, 8 grp + 8 G), group j's output x at yrow[j] + x * stride.
+template <int G>
+DDPV_INLINE void forward_row(const Geometry& g, const float* xp, const float* wg, const v8* b,
+                             int oy, float* const* yrow, int64_t stride) {
   int ox = 0;
-  for (; ox + 8 <= g.ow; ox += 8) forward_run<8>(g, xp, wg, b, oy, ox, yrow, stride);
-  for (; ox + 4 <= g.ow; ox += 4) forward_run<4>(g, xp, wg, b, oy, ox, yrow, stride);
-  for (; ox < g.ow; ++ox) forward_run<1>(g, xp, wg, b, oy, ox, yrow, stride);
+  if constexpr (G == 1) {
+    for (; ox + 8 <= g.ow; ox += 8) forward_run<8, 1>(g, xp, wg, b, oy, ox, yrow, stride);
+  }
+  for (; ox + 4 <= g.ow; ox += 4) forward_run<4, G>(g, xp, wg, b, oy, ox, yrow, stride);
+  for (; ox < g.ow; ++ox) forward_run<1, G>(g, xp, wg, b, oy, ox, yrow, stride);
 }
 
-// y for channels [8 grp, 8 grp + 8) of image i, from the padded image xp; wv: [cout/8][k][k][8]
+// Groups [grp, grp + G) of output channels (8 each) of image i, from the padded image xp;
+// wv: [cout/8][k][k][8]
+template <int G>
 DDPV_INLINE void forward_item(const Geometry& g, int i, int grp, const float* xp, const float* wv,
                               const float* bias, float* y) {
   const int kk = g.k * g.k;
   const float* wg = wv + int64_t{grp} * kk * 8;
-  v8 b{};
-  if (bias != nullptr) b = load8(bias + grp * 8);
-  float* yi = y + g.base(i, grp * 8);
-  for (int oy = 0; oy < g.oh; ++oy)
-    forward_row(g, xp, wg, b, oy, yi + int64_t{oy} * g.ow * g.block, g.block);
+  v8 b[G];
+  float* yi[G];
+  for (int j = 0; j < G; ++j) {
+    b[j] = bias != nullptr ? load8(bias + (grp + j) * 8) : v8{};
+    yi[j] = y + g.base(i, (grp + j) * 8);
+  }
+  for (int oy = 0; oy < g.oh; ++oy) {
+    float* yrow[G];
+    for (int j = 0; j < G; ++j) yrow[j] = yi[j] + int64_t{oy} * g.ow * g.block;
+    forward_row<G>(g, xp, wg, b, oy, yrow, g.block);
+  }
 }
 
 // Note [Max pooling fused into the convolution]: lenet's conv1 -> ReLU -> 2x2 max pooling
@@ -115,23 +139,30 @@ struct PooledGeometry {
   int64_t slice(const Geometry& g) const { return int64_t{g.cout} * (g.k * 8 + 1); }
 };
 
+template <int G>
 DDPV_INLINE void forward_pooled_item(const Geometry& g, const PooledGeometry& pg, int i, int grp,
                                      const float* xp, const float* wv, const float* bias,
                                      float* pooled, int32_t* positions) {
   const int kk = g.k * g.k, pk = pg.pk, ph = pg.ph, pw = pg.pw;
   const float* wg = wv + int64_t{grp} * kk * 8;
-  v8 b{};
-  if (bias != nullptr) b = load8(bias + grp * 8);
-  alignas(32) float rows[kPooledRowsMax];
-  const int64_t base = pg.base(g, i, grp * 8);
+  v8 b[G];
+  for (int j = 0; j < G; ++j) b[j] = bias != nullptr ? load8(bias + (grp + j) * 8) : v8{};
+  alignas(32) float rows[G][kPooledRowsMax];
   for (int py = 0; py < ph; ++py) {
-    for (int r = 0; r < pk; ++r) forward_row(g, xp, wg, b, py * pk + r, rows + r * g.ow * 8, 8);
-    for (int px = 0; px < pw; ++px) {
-      const float* win = rows + px * pk * 8;
-      const int64_t o = base + (int64_t{py} * pw + px) * g.block;
-      store_window_max(
-          pk * pk, [&](int q) { return load8(win + ((q / pk) * g.ow + q % pk) * 8); }, pooled + o,
-          positions + o);
+    for (int r = 0; r < pk; ++r) {
+      float* yrow[G];
+      for (int j = 0; j < G; ++j) yrow[j] = rows[j] + r * g.ow * 8;
+      forward_row<G>(g, xp, wg, b, py * pk + r, yrow, 8);
+    }
+    for (int j = 0; j < G; ++j) {
+      const int64_t base = pg.base(g, i, (grp + j) * 8);
+      for (int px = 0; px < pw; ++px) {
+        const float* win = rows[j] + px * pk * 8;
+        const int64_t o = base + (int64_t{py} * pw + px) * g.block;
+        store_window_max(
+            pk * pk, [&](int q) { return load8(win + ((q / pk) * g.ow + q % pk) * 8); }, pooled + o,
+            positions + o);
+      }
     }
   }
 }
@@ -270,19 +301,27 @@ bool pooled_loops_apply(int k) { return k == 3 || k == 5 || k == 7; }
   attributes void forward_##suffix(const Geometry& g, int n, const float* xp, const float* wv,   \
                                    const float* bias, float* y) {                               \
     const bool big = int64_t{n} * g.oh * g.ow * g.cout >= (1 << 16);                            \
+    const int groups = g.cout / 8;                                                               \
     _Pragma("omp parallel for collapse(2) schedule(static) if (big)")                            \
     for (int i = 0; i < n; ++i)                                                                  \
-      for (int grp = 0; grp < g.cout / 8; ++grp)                                                 \
-        forward_item(g, i, grp, xp + i * image_of(g), wv, bias, y);                              \
+      for (int grp = 0; grp < groups; grp += 2) {                                                \
+        const float* xi = xp + i * image_of(g);                                                  \
+        if (grp + 1 < groups) forward_item<2>(g, i, grp, xi, wv, bias, y);                       \
+        else forward_item<1>(g, i, grp, xi, wv, bias, y);                                        \
+      }                                                                                          \
   }                                                                                              \
   attributes void forward_pooled_##suffix(const Geometry& g, const PooledGeometry& pg, int n,    \
                                           const float* xp, const float* wv, const float* bias,  \
                                           float* pooled, int32_t* positions) {                  \
     const bool big = int64_t{n} * g.oh * g.ow * g.cout >= (1 << 16);                            \
+    const int groups = g.cout / 8;                                                               \
     _Pragma("omp parallel for collapse(2) schedule(static) if (big)")                            \
     for (int i = 0; i < n; ++i)                                                                  \
-      for (int grp = 0; grp < g.cout / 8; ++grp)                                                 \
-        forward_pooled_item(g, pg, i, grp, xp + i * image_of(g), wv, bias, pooled, positions);   \
+      for (int grp = 0; grp < groups; grp += 2) {                                                \
+        const float* xi = xp + i * image_of(g);                                                  \
+        if (grp + 1 < groups) forward_pooled_item<2>(g, pg, i, grp, xi, wv, bias, pooled, positions); \
+        else forward_pooled_item<1>(g, pg, i, grp, xi, wv, bias, pooled, positions);             \
+      }                                                                                          \
   }                                                                                              \
   attributes void weight_grad_##suffix(const Geometry& g, int n, const float* xp, const float* dy, \
                                        float* dwv, float* db) {                                   \
