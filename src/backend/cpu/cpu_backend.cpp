@@ -205,9 +205,31 @@ class CpuBackend final : public Backend {
     const int64_t hw = static_cast<int64_t>(h) * w;
     auto block_of = [c](int layout) { return layout == kNchw ? 1 : layout == 0 ? c : layout; };
     const int fb = block_of(from), tb = block_of(to);
+    const int64_t image = hw * c;
+    if (fb == 1 || tb == 1) {
+      // NCHW <-> blocks of b channels (NHWC: b = c): block cb of image i holds the same hw x b
+      // floats in both layouts, [b][hw] on the NCHW side and [hw][b] on the other, so each
+      // block is one transpose, written in order (lenet's flatten: 0.27 ms a step through the
+      // general loop below, whose stores scattered one float at a time).
+      const int b = fb == 1 ? tb : fb;
+#pragma omp parallel for collapse(2) if (static_cast <int64_t>(n) * image >= kParallelMin)
+      for (int i = 0; i < n; ++i)
+        for (int cb = 0; cb < c / b; ++cb) {
+          const int64_t at = i * image + int64_t{cb} * hw * b;
+          const float* __restrict src = x + at;
+          float* __restrict dst = y + at;
+          if (tb == 1) {
+            for (int k = 0; k < b; ++k)
+              for (int64_t s = 0; s < hw; ++s) dst[k * hw + s] = src[s * b + k];
+          } else {
+            for (int64_t s = 0; s < hw; ++s)
+              for (int k = 0; k < b; ++k) dst[s * b + k] = src[k * hw + s];
+          }
+        }
+      return;
+    }
     std::vector<int64_t> place(static_cast<size_t>(c));
     for (int ch = 0; ch < c; ++ch) place[size_t(ch)] = ch / tb * hw * tb + ch % tb;
-    const int64_t image = hw * c;
 #pragma omp parallel for if (static_cast <int64_t>(n) * image >= kParallelMin)
     for (int i = 0; i < n; ++i)
       for (int cb = 0; cb < c / fb; ++cb)
