@@ -256,7 +256,6 @@ class WinogradConv2d final : public Conv2dOp {
     if (dx != nullptr) {
       transform_filter(w);
       transpose_filter();
-      std::memset(dx, 0, sizeof(float) * size_t(n) * g.in_h * g.in_w * g.cin);
     }
     for (int n0 = 0; n0 < n; n0 += chunk_) {
       const int n1 = std::min(n, n0 + chunk_);
@@ -277,6 +276,10 @@ class WinogradConv2d final : public Conv2dOp {
       dg.b = ut_.data(), dg.b_point = int64_t{g.cin} * g.cout, dg.ldb = g.cin;
       dg.c = v_.data(), dg.c_point = g.cin, dg.ldc = vs_;
       kernels_->gemm(dg);
+      // input_adjoint adds each tile into dx (tiles overlap): zero this chunk's images first,
+      // while they are about to be read, not the whole batch up front (out of cache by then).
+      const size_t image = size_t(g.in_h) * g.in_w * g.cin;
+      std::memset(dx + size_t(n0) * image, 0, sizeof(float) * size_t(n1 - n0) * image);
       kernels_->input_adjoint(g, mat_.bt.data(), v_.data(), n0, n1, dx);
     }
     filter_gradient(dw, accumulate);
