@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "backend/cpu/winograd.hpp"
@@ -245,6 +246,53 @@ TEST(ConvOpWinograd, FilterTransformsApplyTheMatrices) {
       std::vector<double> plus_half = dw_want;
       for (double& v : plus_half) v += 0.5;
       EXPECT_TRUE(winograd_close(dw_added, plus_half)) << "filter_adjoint, accumulate";
+    }
+  }
+}
+
+// The per-point products against a naive loop in double, in both instruction sets: A read in
+// place (the forward and backward-data layouts) and as A^T with k strided, which goes through
+// packed panels (Note [Packed weight-gradient panels]), with k past one panel, row counts that
+// leave partial blocks, a last column block of 8, and accumulate on and off.
+TEST(ConvOpWinograd, GemmsMatchNaiveProducts) {
+  const int points = 3;
+  // m % 8 != 0 (13) keeps A^T in place; the others pack it.
+  for (auto [m, n, k] : {std::tuple{32, 64, 32}, {16, 24, 100}, {13, 24, 100}, {40, 8, 7}}) {
+    for (bool transposed : {false, true}) {
+      for (bool accumulate : {false, true}) {
+        SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
+                     (transposed ? " A^T" : " A") + (accumulate ? " accumulate" : ""));
+        cpu::WinogradGemm g;
+        g.points = points, g.m = m, g.n = n, g.k = k, g.accumulate = accumulate;
+        // A_p(i, kk) at a[p * a_point + i * a_row + kk * a_col], rows padded as the buffers are
+        const int64_t lda = (transposed ? m : k) + 5;
+        g.a_point = (transposed ? k : m) * lda;
+        g.a_row = transposed ? 1 : lda;
+        g.a_col = transposed ? lda : 1;
+        g.ldb = n + 3, g.b_point = k * g.ldb;
+        g.ldc = n + 2, g.c_point = m * g.ldc;
+        const auto a = random_vector(size_t(points * g.a_point), 51);
+        const auto b = random_vector(size_t(points * g.b_point), 52);
+        const auto c0 = random_vector(size_t(points * g.c_point), 53);
+        std::vector<double> want(c0.begin(), c0.end());
+        for (int p = 0; p < points; ++p)
+          for (int i = 0; i < m; ++i)
+            for (int j = 0; j < n; ++j) {
+              double sum = accumulate ? c0[size_t(p * g.c_point + i * g.ldc + j)] : 0.0;
+              for (int kk = 0; kk < k; ++kk)
+                sum += double(a[size_t(p * g.a_point + i * g.a_row + kk * g.a_col)]) *
+                       b[size_t(p * g.b_point + kk * g.ldb + j)];
+              want[size_t(p * g.c_point + i * g.ldc + j)] = sum;
+            }
+        for (const cpu::WinogradKernels* kern :
+             {cpu::winograd_kernels_generic(4, 5), cpu::winograd_kernels_avx2(4, 5)}) {
+          if (kern == nullptr) continue;  // no AVX2 build
+          std::vector<float> c = c0;
+          g.a = a.data(), g.b = b.data(), g.c = c.data();
+          kern->gemm(g);
+          EXPECT_TRUE(all_close(c, want, 1e-5, 1e-5 * k));
+        }
+      }
     }
   }
 }

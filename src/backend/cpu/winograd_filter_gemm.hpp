@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "backend/cpu/vec8.hpp"
 #include "backend/cpu/winograd.hpp"
@@ -125,28 +126,133 @@ inline void gemm_rows(const WinogradGemm& g, int64_t rows, const float* a, const
   }
 }
 
+// Rows of the block at i0 of m rows: blocks of 6; a remainder of 1 to 5 shares the last 6 (32
+// rows: 6 6 6 6 4 4, not 6 6 6 6 6 2, whose block of 2 holds too few accumulators to hide the
+// FMA latency).
+inline int64_t block_rows(int64_t m, int64_t i0) {
+  const int64_t left = m - i0;
+  return left > 6 && left < 12 ? (left + 1) / 2 : std::min<int64_t>(6, left);
+}
+
+// One point's C (+)= A B in blocks of 6 rows x 16 columns, A, B and C as g says.
+inline void gemm_point(const WinogradGemm& g, const float* a, const float* b, float* c) {
+  for (int64_t i0 = 0, rows = 0; i0 < g.m; i0 += rows) {
+    rows = block_rows(g.m, i0);
+    const float* ai = a + i0 * g.a_row;
+    float* ci = c + i0 * g.ldc;
+    int64_t j0 = 0;
+    for (; j0 + 16 <= g.n; j0 += 16) gemm_rows<2>(g, rows, ai, b + j0, ci + j0);
+    if (j0 < g.n) gemm_rows<1>(g, rows, ai, b + j0, ci + j0);
+  }
+}
+
+// Note [Packed weight-gradient panels]: the weight gradient's products sum over tiles, which
+// lie a whole tile's points apart in the transformed buffers (8-16 KiB for lenet's conv2), so
+// each step of k read A and B from two new, far-apart cache lines, through strides the
+// compiler knew nothing about. Run as they lie, they reached 61 GFLOP/s against 77 for the
+// forward products of the same size (one thread, hot caches, lenet's conv2 shapes). They now
+// copy A and B first, up to 64 tiles at a time, into micro-panels in the order the blocks read
+// them (each block's 6 rows of A, then each 16 columns of B, step after step of k), which stay
+// in L1 and give the block compile-time strides. Sums run in the same order as before.
+constexpr int64_t kPanelRows = 64;
+
+// C (R x 8V at c, row stride ldc) (+)= the packed panels: a: k steps of R values, b: k steps
+// of 8V values.
+template <int R, int V>
+inline void gemm_block_packed(int64_t k, const float* a, int64_t lda, const float* b, float* c,
+                              int64_t ldc, bool accumulate) {
+  v8 acc[R][V];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) acc[r][v] = accumulate ? load8(c + r * ldc + 8 * v) : v8{};
+  for (int64_t kk = 0; kk < k; ++kk) {
+    v8 bv[V];
+    for (int v = 0; v < V; ++v) bv[v] = load8(b + kk * 8 * V + 8 * v);
+    for (int r = 0; r < R; ++r) {
+      const v8 av = splat(a[kk * lda + r]);
+      for (int v = 0; v < V; ++v) acc[r][v] += av * bv[v];
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) store8(c + r * ldc + 8 * v, acc[r][v]);
+}
+
+template <int V>
+inline void gemm_rows_packed(int64_t rows, int64_t k, const float* a, int64_t lda, const float* b,
+                             float* c, int64_t ldc, bool accumulate) {
+  switch (rows) {
+    case 1:
+      return gemm_block_packed<1, V>(k, a, lda, b, c, ldc, accumulate);
+    case 2:
+      return gemm_block_packed<2, V>(k, a, lda, b, c, ldc, accumulate);
+    case 3:
+      return gemm_block_packed<3, V>(k, a, lda, b, c, ldc, accumulate);
+    case 4:
+      return gemm_block_packed<4, V>(k, a, lda, b, c, ldc, accumulate);
+    case 5:
+      return gemm_block_packed<5, V>(k, a, lda, b, c, ldc, accumulate);
+    default:
+      return gemm_block_packed<6, V>(k, a, lda, b, c, ldc, accumulate);
+  }
+}
+
+inline float* align64(float* p) {
+  return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t{63});
+}
+
+// For products with a_row 1 (A^T stored row by row, k strided) and n a multiple of 8.
+void gemm_packed(const WinogradGemm& g) {
+#pragma omp parallel if (g.points * g.m * g.n * g.k >= (1 << 20))
+  {
+    const int64_t kmax = std::min(g.k, kPanelRows);
+    std::vector<float> panel(size_t(kmax * (g.m + g.n) + 16));
+    float* const pa = align64(panel.data());
+    float* const pb = pa + kmax * g.m;
+#pragma omp for schedule(static)
+    for (int64_t p = 0; p < g.points; ++p) {
+      const float* a = g.a + p * g.a_point;
+      const float* b = g.b + p * g.b_point;
+      float* c = g.c + p * g.c_point;
+      for (int64_t k0 = 0; k0 < g.k; k0 += kPanelRows) {
+        const int64_t k = std::min(kPanelRows, g.k - k0);
+        for (int64_t t = 0; t < k; ++t) {  // A^T: [k][m]
+          const float* src = a + (k0 + t) * g.a_col;
+          for (int64_t i = 0; i < g.m; i += 8) store8(pa + t * g.m + i, load8(src + i));
+        }
+        for (int64_t j0 = 0; j0 < g.n; j0 += 16) {  // B: [block][k][16 or 8]
+          const int64_t w = std::min<int64_t>(16, g.n - j0);
+          float* dst = pb + j0 * k;
+          for (int64_t t = 0; t < k; ++t) {
+            const float* src = b + (k0 + t) * g.ldb + j0;
+            for (int64_t v = 0; v < w; v += 8) store8(dst + t * w + v, load8(src + v));
+          }
+        }
+        const bool accumulate = g.accumulate || k0 > 0;
+        for (int64_t i0 = 0, rows = 0; i0 < g.m; i0 += rows) {
+          rows = block_rows(g.m, i0);
+          for (int64_t j0 = 0; j0 < g.n; j0 += 16) {
+            float* ci = c + i0 * g.ldc + j0;
+            if (j0 + 16 <= g.n) {
+              gemm_rows_packed<2>(rows, k, pa + i0, g.m, pb + j0 * k, ci, g.ldc, accumulate);
+            } else {
+              gemm_rows_packed<1>(rows, k, pa + i0, g.m, pb + j0 * k, ci, g.ldc, accumulate);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // Note [Winograd GEMMs]: dnnl_sgemm ran the per-point products (64 rows, k and n of 32 to 64)
 // at 40-50 GFLOP/s on an AVX2 core, its packing and dispatch a large part of such small
 // problems. Blocks of 6 rows x 16 columns with A and B read in place reach more (see
-// docs/performance.md), and the points run in parallel.
+// docs/performance.md), and the points run in parallel. Products whose k walks A's rows with
+// a stride (the weight gradient's) go through packed panels first.
 void gemm(const WinogradGemm& g) {
+  if (g.a_row == 1 && g.a_col != 1 && g.m % 8 == 0 && g.n % 8 == 0) return gemm_packed(g);
 #pragma omp parallel for schedule(static) if (g.points * g.m * g.n * g.k >= (1 << 20))
-  for (int64_t p = 0; p < g.points; ++p) {
-    const float* a = g.a + p * g.a_point;
-    const float* b = g.b + p * g.b_point;
-    float* c = g.c + p * g.c_point;
-    for (int64_t i0 = 0, rows = 0; i0 < g.m; i0 += rows) {
-      // Blocks of 6 rows; a remainder of 1 to 5 shares the last 6 (32 rows: 6 6 6 6 4 4, not
-      // 6 6 6 6 6 2, whose block of 2 holds too few accumulators to hide the FMA latency).
-      const int64_t left = g.m - i0;
-      rows = left > 6 && left < 12 ? (left + 1) / 2 : std::min<int64_t>(6, left);
-      const float* ai = a + i0 * g.a_row;
-      float* ci = c + i0 * g.ldc;
-      int64_t j0 = 0;
-      for (; j0 + 16 <= g.n; j0 += 16) gemm_rows<2>(g, rows, ai, b + j0, ci + j0);
-      if (j0 < g.n) gemm_rows<1>(g, rows, ai, b + j0, ci + j0);
-    }
-  }
+  for (int64_t p = 0; p < g.points; ++p)
+    gemm_point(g, g.a + p * g.a_point, g.b + p * g.b_point, g.c + p * g.c_point);
 }
 
 }  // namespace
