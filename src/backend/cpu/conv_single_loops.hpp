@@ -293,6 +293,21 @@ DDPV_INLINE void pooled_weight_grad_images(const Geometry& g, const PooledGeomet
     }
 }
 
+// One forward item: groups grp and grp + 1 of image i (Note [Two channel groups per run]), or
+// grp alone when it is the last; pooled (with its positions) when pg is not null, else into y.
+DDPV_INLINE void forward_groups(const Geometry& g, const PooledGeometry* pg, int i, int grp,
+                                const float* xp, const float* wv, const float* bias, float* y,
+                                int32_t* positions) {
+  const float* xi = xp + i * image_of(g);
+  const bool pair = grp + 1 < g.cout / 8;
+  if (pg != nullptr) {
+    if (pair) return forward_pooled_item<2>(g, *pg, i, grp, xi, wv, bias, y, positions);
+    return forward_pooled_item<1>(g, *pg, i, grp, xi, wv, bias, y, positions);
+  }
+  if (pair) return forward_item<2>(g, i, grp, xi, wv, bias, y);
+  forward_item<1>(g, i, grp, xi, wv, bias, y);
+}
+
 // The kernel sizes the pooled loops take (rows of K taps in one vector of 8).
 bool pooled_loops_apply(int k) { return k == 3 || k == 5 || k == 7; }
 
@@ -301,27 +316,19 @@ bool pooled_loops_apply(int k) { return k == 3 || k == 5 || k == 7; }
   attributes void forward_##suffix(const Geometry& g, int n, const float* xp, const float* wv,   \
                                    const float* bias, float* y) {                               \
     const bool big = int64_t{n} * g.oh * g.ow * g.cout >= (1 << 16);                            \
-    const int groups = g.cout / 8;                                                               \
     _Pragma("omp parallel for collapse(2) schedule(static) if (big)")                            \
     for (int i = 0; i < n; ++i)                                                                  \
-      for (int grp = 0; grp < groups; grp += 2) {                                                \
-        const float* xi = xp + i * image_of(g);                                                  \
-        if (grp + 1 < groups) forward_item<2>(g, i, grp, xi, wv, bias, y);                       \
-        else forward_item<1>(g, i, grp, xi, wv, bias, y);                                        \
-      }                                                                                          \
+      for (int grp = 0; grp < g.cout / 8; grp += 2)                                              \
+        forward_groups(g, nullptr, i, grp, xp, wv, bias, y, nullptr);                            \
   }                                                                                              \
   attributes void forward_pooled_##suffix(const Geometry& g, const PooledGeometry& pg, int n,    \
                                           const float* xp, const float* wv, const float* bias,  \
                                           float* pooled, int32_t* positions) {                  \
     const bool big = int64_t{n} * g.oh * g.ow * g.cout >= (1 << 16);                            \
-    const int groups = g.cout / 8;                                                               \
     _Pragma("omp parallel for collapse(2) schedule(static) if (big)")                            \
     for (int i = 0; i < n; ++i)                                                                  \
-      for (int grp = 0; grp < groups; grp += 2) {                                                \
-        const float* xi = xp + i * image_of(g);                                                  \
-        if (grp + 1 < groups) forward_pooled_item<2>(g, pg, i, grp, xi, wv, bias, pooled, positions); \
-        else forward_pooled_item<1>(g, pg, i, grp, xi, wv, bias, pooled, positions);             \
-      }                                                                                          \
+      for (int grp = 0; grp < g.cout / 8; grp += 2)                                              \
+        forward_groups(g, &pg, i, grp, xp, wv, bias, pooled, positions);                         \
   }                                                                                              \
   attributes void weight_grad_##suffix(const Geometry& g, int n, const float* xp, const float* dy, \
                                        float* dwv, float* db) {                                   \
