@@ -4,7 +4,9 @@
 #include "backend/cpu/winograd.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "backend/cpu/cpu_ops.hpp"
@@ -143,6 +145,34 @@ int winograd_tile(ConvAlgorithm algorithm, const Conv2dConfig& c) {
 }
 
 namespace {
+
+// Note [Page-aligned transformed buffers]: the transforms' time depended on where malloc put
+// the transformed buffers within a page (past glibc's mmap threshold, which rises after the
+// first large free, a large block starts at any 16-byte offset): with an unrelated 3 KB
+// allocation made earlier, conv2's output transform went from 3.8-4.2% to 5.5-6.5% of
+// lenet's step and output_adjoint from 3.8-4.1% to 4.5-5.0% (model_bench --sgd 1 under perf,
+// three runs each; aliasing between the tile loads and the stack copies they go to). Page-
+// aligned buffers take that out of malloc's hands: offsets of 0, 8, 256 and 512 floats from
+// a page boundary all gave the fast case. Grow-only; contents are not kept when it grows.
+class PageBuffer {
+ public:
+  float* data() { return p_.get(); }
+  void grow(size_t n) {
+    if (n <= n_) return;
+    const size_t bytes = (n * sizeof(float) + kPage - 1) / kPage * kPage;
+    p_.reset(static_cast<float*>(std::aligned_alloc(kPage, bytes)));
+    DDPV_CHECK(p_ != nullptr, "winograd: cannot allocate ", bytes, " bytes of transformed tiles");
+    n_ = n;
+  }
+
+ private:
+  static constexpr size_t kPage = 4096;
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  std::unique_ptr<float[], Free> p_;
+  size_t n_ = 0;
+};
 
 const WinogradKernels* kernels_for(int m, int r) {
   const WinogradKernels* k = nullptr;
@@ -297,8 +327,8 @@ class WinogradConv2d final : public Conv2dOp {
     const auto& g = geo_;
     const int64_t rows = int64_t{std::min(n, chunk_)} * g.tiles();
     const auto v_size = size_t(rows * vs_), m_size = size_t(rows * ms_);
-    if (v_.size() < v_size) v_.resize(v_size);
-    if (m_.size() < m_size) m_.resize(m_size);
+    v_.grow(v_size);
+    m_.grow(m_size);
     const size_t filters = size_t(points_) * g.cin * g.cout;
     if (u_.size() < filters) {
       u_.resize(filters);
@@ -344,7 +374,8 @@ class WinogradConv2d final : public Conv2dOp {
   // Grow-only buffers: transformed input (and dV), transformed output (and dM), filters and
   // their transpose, filter gradients, the transposed filter, and the filter transforms'
   // partial products.
-  std::vector<float> v_, m_, u_, ut_, du_;
+  PageBuffer v_, m_;  // Note [Page-aligned transformed buffers]
+  std::vector<float> u_, ut_, du_;
   std::vector<float> u_of_;  // the weights u_ was transformed from
 };
 
