@@ -136,7 +136,8 @@ TEST(ModelTest, LenetFusesItsConvolutionsReluPairs) {
   auto plain = make_model("lenet", *plain_be, Shape{28, 28, 1}, 10);
   const std::string summary = fused->summary();
   // Note [Max pooling fused into the convolution]: conv1 also computes pool1, conv2 pool2.
-  EXPECT_NE(summary.find("(single-channel direct, + relu, + maxpool)"), std::string::npos)
+  EXPECT_NE(summary.find("(single-channel winograd F(4x4,5x5), + relu, + maxpool)"),
+            std::string::npos)
       << summary;
   EXPECT_NE(summary.find("(winograd F(4x4,5x5), + relu, + maxpool)"), std::string::npos) << summary;
   EXPECT_EQ(plain->summary().find(", + relu"), std::string::npos) << plain->summary();

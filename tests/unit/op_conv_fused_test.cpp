@@ -17,28 +17,38 @@ namespace {
 // Note [Single-channel convolution]: a stem from one channel runs on our own loops (unless the
 // direct algorithm is asked for), in every output layout, with stride, padding and partial
 // windows, against the naive loops, on one thread and on three; then backward again,
-// accumulating.
+// accumulating. Stride 1 with 5x5 or 3x3 kernels and outputs of whole 4x4 tiles runs forward
+// by Winograd (Note [Single-channel Winograd forward]), to its tolerance.
 TEST(ConvOpSingleChannel, MatchesTheNaiveLoopInEveryLayout) {
   uint64_t seed = 1500;
+  const std::string direct = "single-channel direct";
+  const std::pair<ConvCase, std::string> cases[] = {
+      {{3, 1, 32, 28, 28, 5, 1, 2, true}, "single-channel winograd F(4x4,5x5)"},  // lenet's conv1
+      {{2, 1, 16, 8, 12, 3, 1, 1, false}, "single-channel winograd F(4x4,3x3)"},
+      {{2, 1, 24, 12, 8, 5, 1, 2, true}, "single-channel winograd F(4x4,5x5)"},
+      {{2, 1, 16, 7, 9, 3, 2, 1, false}, direct},
+      {{2, 1, 8, 3, 3, 5, 1, 1, true}, direct},  // windows mostly padding
+      {{1, 1, 16, 6, 5, 3, 1, 0, true}, direct},
+      {{2, 1, 24, 7, 9, 5, 1, 2, true}, direct}};  // a pair of channel groups and a lone one
   for (auto [block, threads] : {std::pair{0, 1}, {8, 1}, {16, 1}, {8, 3}}) {
     BackendOptions o;
     o.threads = threads;
     o.activation_block = block;
     auto backend = make_backend(o);
-    for (ConvCase cc :
-         {ConvCase{3, 1, 32, 28, 28, 5, 1, 2, true}, ConvCase{2, 1, 16, 7, 9, 3, 2, 1, false},
-          ConvCase{2, 1, 8, 3, 3, 5, 1, 1, true},  // windows mostly padding
-          ConvCase{1, 1, 16, 6, 5, 3, 1, 0, true},
-          ConvCase{2, 1, 24, 7, 9, 5, 1, 2, true}}) {  // a pair of channel groups and a lone one
+    for (const auto& [cc, algorithm] : cases) {
       Conv2dConfig c = cc.config();
       c.out_block = block_for(c.out_channels, block);
       auto op = backend->conv2d(c);
       SCOPED_TRACE(cc.str() + " block " + std::to_string(block) + ", " + std::to_string(threads) +
                    " threads");
-      EXPECT_EQ(op->algorithm(), "single-channel direct");
+      EXPECT_EQ(op->algorithm(), algorithm);
       ConvProblem p(backend.get(), c, cc.n, seed);
       p.forward(*op);
-      EXPECT_TRUE(all_close(p.y(), p.y_ref(), 1e-5, 1e-5)) << "y";
+      if (algorithm == direct) {
+        EXPECT_TRUE(all_close(p.y(), p.y_ref(), 1e-5, 1e-5)) << "y";
+      } else {
+        EXPECT_TRUE(winograd_close(p.y(), p.y_ref())) << "y";
+      }
       p.backward(*op, true, false);
       ConvGrads ref = p.grads_ref();
       EXPECT_TRUE(all_close(p.dx(), ref.dx, 1e-5, 1e-5)) << "dx";
@@ -61,7 +71,10 @@ TEST(ConvOpSingleChannel, MatchesTheNaiveLoopInEveryLayout) {
 // machine the backend only ever runs the AVX2 copy, so the baseline copy, which other CPUs
 // run, is compared with it here: forward, backward (dx, dw, db), and with the ReLU and the
 // max pooling fused, forward_pooled and backward_pooled. Kernels 3, 5 and 7 (the pooled
-// loops) and 4 (the dense path), strides 1 and 2, NHWC and blocks of 8.
+// loops) and 4 (the dense path), strides 1 and 2, NHWC and blocks of 8. The direct loops are
+// asked for by the context; by default the first two cases run forward by Winograd (Note
+// [Single-channel Winograd forward]), whose copies round differently: their outputs agree to
+// its tolerance, and so do the windows' positions but for near ties.
 TEST(ConvOpSingleChannel, BaselineLoopsMatchTheAvx2Ones) {
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
     GTEST_SKIP() << "no AVX2 + FMA here: the backend runs the baseline loops everywhere";
@@ -70,49 +83,67 @@ TEST(ConvOpSingleChannel, BaselineLoopsMatchTheAvx2Ones) {
     int block;
   };
   const Case cases[] = {{{3, 1, 32, 28, 28, 5, 1, 2, true}, 8},
+                        {{2, 1, 16, 8, 12, 3, 1, 1, true}, 0},
                         {{2, 1, 16, 9, 7, 3, 1, 1, true}, 0},
                         {{2, 1, 24, 13, 13, 7, 2, 3, false}, 8},
                         {{2, 1, 16, 10, 10, 4, 1, 1, true}, 0}};
   uint64_t seed = 2700;
-  for (const Case& k : cases) {
-    Conv2dConfig c = k.cc.config();
-    c.out_block = block_for(c.out_channels, k.block);
-    SCOPED_TRACE(k.cc.str() + " block " + std::to_string(k.block));
-    const int n = k.cc.n, oh = c.out_h(), ow = c.out_w(), co = c.out_channels;
-    const size_t ny = size_t(n) * oh * ow * co, npooled = size_t(n) * (oh / 2) * (ow / 2) * co;
-    const auto x = random_vector(size_t(n) * c.in_h * c.in_w, ++seed);
-    const auto w = random_vector(size_t(co) * c.kernel * c.kernel, ++seed);
-    const auto b = random_vector(size_t(co), ++seed);
-    const auto dy = random_vector(ny, ++seed), dpooled = random_vector(npooled, ++seed);
-    auto run = [&](bool baseline) {
-      cpu::CpuContext ctx;
-      ctx.threads = 1;
-      auto plain = cpu::make_single_channel_conv2d(ctx, c, baseline);
-      auto fused = cpu::make_single_channel_conv2d(ctx, c, baseline);
-      EXPECT_TRUE(fused->fuse_relu());
-      EXPECT_TRUE(fused->fuse_max_pool(2));
-      std::vector<float> y(ny), dx(x.size()), dw(w.size()), db(b.size()), pooled(npooled),
-          pdw(w.size()), pdb(b.size());
-      std::vector<int32_t> at(npooled);
-      const float* bias = c.bias ? b.data() : nullptr;
-      plain->forward(n, x.data(), w.data(), bias, y.data());
-      plain->backward(n, x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data(), false);
-      fused->forward_pooled(n, x.data(), w.data(), bias, pooled.data(), at.data());
-      fused->backward_pooled(n, x.data(), w.data(), dpooled.data(), at.data(), nullptr, pdw.data(),
-                             pdb.data(), false);
-      return std::vector<std::vector<float>>{
-          y, dx, dw, db, pooled, std::vector<float>(at.begin(), at.end()), pdw, pdb};
-    };
-    const auto want = run(false), got = run(true);
-    const char* names[] = {"y", "dx", "dw", "db", "pooled", "positions", "pooled dw", "pooled db"};
-    for (size_t i = 0; i < want.size(); ++i) {
-      if (!c.bias && (i == 3 || i == 7)) continue;  // no bias: db is not written
-      EXPECT_TRUE(all_close(got[i], to_double(want[i]), 1e-5, 1e-5)) << names[i];
+  for (const ConvAlgorithm algorithm : {ConvAlgorithm::kDirect, ConvAlgorithm::kAuto}) {
+    for (const Case& k : cases) {
+      Conv2dConfig c = k.cc.config();
+      c.out_block = block_for(c.out_channels, k.block);
+      const int n = k.cc.n, oh = c.out_h(), ow = c.out_w(), co = c.out_channels;
+      const size_t ny = size_t(n) * oh * ow * co, npooled = size_t(n) * (oh / 2) * (ow / 2) * co;
+      const auto x = random_vector(size_t(n) * c.in_h * c.in_w, ++seed);
+      const auto w = random_vector(size_t(co) * c.kernel * c.kernel, ++seed);
+      const auto b = random_vector(size_t(co), ++seed);
+      const auto dy = random_vector(ny, ++seed), dpooled = random_vector(npooled, ++seed);
+      std::string name;
+      auto run = [&](bool baseline) {
+        cpu::CpuContext ctx;
+        ctx.threads = 1;
+        ctx.conv = algorithm;
+        auto plain = cpu::make_single_channel_conv2d(ctx, c, baseline);
+        auto fused = cpu::make_single_channel_conv2d(ctx, c, baseline);
+        EXPECT_TRUE(fused->fuse_relu());
+        EXPECT_TRUE(fused->fuse_max_pool(2));
+        name = fused->algorithm();
+        std::vector<float> y(ny), dx(x.size()), dw(w.size()), db(b.size()), pooled(npooled),
+            pdw(w.size()), pdb(b.size());
+        std::vector<int32_t> at(npooled);
+        const float* bias = c.bias ? b.data() : nullptr;
+        plain->forward(n, x.data(), w.data(), bias, y.data());
+        plain->backward(n, x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data(), false);
+        fused->forward_pooled(n, x.data(), w.data(), bias, pooled.data(), at.data());
+        fused->backward_pooled(n, x.data(), w.data(), dpooled.data(), at.data(), nullptr,
+                               pdw.data(), pdb.data(), false);
+        return std::vector<std::vector<float>>{
+            y, dx, dw, db, pooled, std::vector<float>(at.begin(), at.end()), pdw, pdb};
+      };
+      const auto want = run(false), got = run(true);
+      SCOPED_TRACE(k.cc.str() + " block " + std::to_string(k.block) + ": " + name);
+      const bool winograd = name != "single-channel direct";
+      EXPECT_EQ(winograd, algorithm == ConvAlgorithm::kAuto && k.cc.s == 1 && oh % 4 == 0 &&
+                              ow % 4 == 0 && (k.cc.k == 3 || k.cc.k == 5));
+      const char* names[] = {"y",      "dx",        "dw",        "db",
+                             "pooled", "positions", "pooled dw", "pooled db"};
+      for (size_t i = 0; i < want.size(); ++i) {
+        if (!c.bias && (i == 3 || i == 7)) continue;  // no bias: db is not written
+        if (winograd && (i == 0 || i == 4)) {
+          EXPECT_TRUE(winograd_close(got[i], to_double(want[i]))) << names[i];
+        } else if (winograd && i >= 5) {  // positions and what they route: near ties may differ
+          size_t differ = 0;
+          for (size_t j = 0; j < want[5].size(); ++j) differ += got[5][j] != want[5][j];
+          EXPECT_LE(differ, want[5].size() / 1000) << names[i];
+        } else {
+          EXPECT_TRUE(all_close(got[i], to_double(want[i]), 1e-5, 1e-5)) << names[i];
+        }
+      }
+      size_t open = 0;
+      for (float q : want[5]) open += q >= 0;
+      EXPECT_GT(open, npooled / 4) << "the pooled case must send gradient down";
+      EXPECT_LT(open, npooled) << "and have windows the ReLU closed";
     }
-    size_t open = 0;
-    for (float q : want[5]) open += q >= 0;
-    EXPECT_GT(open, npooled / 4) << "the pooled case must send gradient down";
-    EXPECT_LT(open, npooled) << "and have windows the ReLU closed";
   }
 }
 
@@ -259,7 +290,8 @@ TEST(ConvOpSingleChannel, PoolsItsOwnOutputWhenFused) {
 // backward_pooled the naive loops' weight, bias (and, when asked, input) gradients for the
 // gradient the separate pooling and ReLU would pass down. The single-channel op: kernels its
 // pooled loops take (3, 5, 7) and one it leaves to the dense path (4), 2 x 2 and 3 x 3
-// pooling, strides 1 and 2. Winograd: F(4x4, 5x5) and F(4x4, 3x3), 2 x 2 pooling (odd outputs
+// pooling, strides 1 and 2, forward by Winograd where the output is whole 4x4 tiles and the
+// pooling 2 x 2. Winograd: F(4x4, 5x5) and F(4x4, 3x3), 2 x 2 pooling (odd outputs
 // leave a row and a column out). Both layouts, one thread and three, overwriting and
 // accumulating.
 TEST(ConvOpFusedMaxPool, MatchesTheNaiveLoopsForwardAndBackward) {
@@ -270,13 +302,16 @@ TEST(ConvOpFusedMaxPool, MatchesTheNaiveLoopsForwardAndBackward) {
     const char* algorithm;
   };
   const char* single = "single-channel direct";
+  const char* single_winograd = "single-channel winograd F(4x4,5x5)";
   const Case cases[] = {
       {{2, 1, 16, 9, 7, 3, 1, 1, true}, 2, 0, 1, false, single},  // partial windows at the edge
       {{2, 1, 16, 9, 7, 3, 1, 1, true}, 3, 8, 1, false, single},
       {{3, 1, 24, 12, 11, 5, 1, 2, true}, 2, 8, 1, false, single},
-      {{3, 1, 8, 13, 13, 7, 2, 3, false}, 2, 0, 1, false, single},   // stride 2, no bias
-      {{16, 1, 16, 28, 28, 5, 1, 2, true}, 2, 0, 3, false, single},  // threads: image slices
-      {{16, 1, 32, 28, 28, 5, 1, 2, true}, 2, 8, 3, false, single},
+      {{3, 1, 8, 13, 13, 7, 2, 3, false}, 2, 0, 1, false, single},            // stride 2, no bias
+      {{16, 1, 16, 28, 28, 5, 1, 2, true}, 2, 0, 3, false, single_winograd},  // threads: slices
+      {{16, 1, 32, 28, 28, 5, 1, 2, true}, 2, 8, 3, false, single_winograd},
+      {{2, 1, 16, 8, 12, 3, 1, 1, false}, 2, 8, 1, false, "single-channel winograd F(4x4,3x3)"},
+      {{2, 1, 16, 8, 12, 3, 1, 1, true}, 3, 0, 1, false, single},   // 3 x 3 pooling: direct
       {{2, 1, 16, 10, 10, 4, 1, 1, true}, 2, 0, 1, false, single},  // dense path: 4 taps
       {{2, 1, 16, 9, 9, 5, 1, 2, true}, 2, 8, 1, true, single},     // dense path: dx wanted
       {{2, 16, 16, 9, 9, 5, 1, 2, true}, 2, 0, 1, true, "winograd F(4x4,5x5)"},

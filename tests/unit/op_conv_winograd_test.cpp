@@ -315,7 +315,9 @@ TEST(ConvOpWinograd, AutoPicksPerLayer) {
   const ConvCase lenet_conv2{64, 32, 64, 14, 14, 5, 1, 2, true};
   EXPECT_EQ(conv(*autob, lenet_conv2), "winograd F(4x4,5x5)");
   EXPECT_EQ(conv(*direct, lenet_conv2), "direct");
-  EXPECT_EQ(conv(*autob, ConvCase{64, 1, 32, 28, 28, 5, 1, 2, true}), "single-channel direct");
+  EXPECT_EQ(conv(*autob, ConvCase{64, 1, 32, 28, 28, 5, 1, 2, true}),
+            "single-channel winograd F(4x4,5x5)");
+  EXPECT_EQ(conv(*autob, ConvCase{64, 1, 32, 28, 28, 5, 2, 2, true}), "single-channel direct");
   EXPECT_EQ(conv(*direct, ConvCase{64, 1, 32, 28, 28, 5, 1, 2, true}), "direct");
   EXPECT_EQ(conv(*autob, ConvCase{64, 32, 64, 14, 14, 5, 2, 2, true}), "direct");  // stride 2
   EXPECT_EQ(conv(*autob, ConvCase{64, 32, 32, 16, 16, 1, 1, 0, true}), "direct");  // 1x1

@@ -3,12 +3,15 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/conv_single_loops.hpp"
 #include "backend/cpu/cpu_ops.hpp"
 #include "backend/cpu/vec8.hpp"
+#include "backend/cpu/winograd.hpp"
 
 namespace ddpv::cpu {
 namespace {
@@ -26,19 +29,25 @@ class SingleChannelConv2d final : public Conv2dOp {
     const size_t kk = size_t(cfg.kernel) * cfg.kernel;
     wv_.resize(kk * cfg.out_channels);
     db_.resize(size_t(cfg.out_channels));
+    init_winograd();
   }
 
-  std::string algorithm() const override { return "single-channel direct"; }
+  std::string algorithm() const override {
+    if (wk_ == nullptr) return "single-channel direct";
+    const std::string m = std::to_string(wg_.m), r = std::to_string(wg_.r);
+    return "single-channel winograd F(" + m + "x" + m + "," + r + "x" + r + ")";
+  }
   bool fuse_relu() override {
-    g_.relu = true;
+    g_.relu = wg_.relu = true;
     return true;
   }
 
   void forward(int n, const float* x, const float* w, const float* b, float* y) override {
     check_conv_forward(cfg_, n, b);
     ctx_.bind_threads();
-    pack_weights(w);
     pad(n, x);
+    if (wk_ != nullptr) return winograd_forward(n, w, b, y, nullptr);
+    pack_weights(w);
     (avx2_ ? forward_avx2 : forward_baseline)(g_, n, xp_.data(), wv_.data(),
                                               cfg_.bias ? b : nullptr, y);
   }
@@ -60,6 +69,7 @@ class SingleChannelConv2d final : public Conv2dOp {
     pg_.window_at.clear();
     for (int q = 0; q < kernel * kernel; ++q)
       pg_.window_at.push_back(q / kernel * g_.s * pwid + q % kernel * g_.s);
+    if (kernel != 2) wk_ = nullptr;  // the tiles pool 2 x 2 windows only
     return true;
   }
 
@@ -68,8 +78,9 @@ class SingleChannelConv2d final : public Conv2dOp {
     check_conv_forward(cfg_, n, b);
     DDPV_CHECK(pg_.pk > 0, "single-channel conv: forward_pooled without fuse_max_pool");
     ctx_.bind_threads();
-    pack_weights(w);
     pad(n, x);
+    if (wk_ != nullptr) return winograd_forward(n, w, b, pooled, positions);
+    pack_weights(w);
     (avx2_ ? forward_pooled_avx2 : forward_pooled_baseline)(
         g_, pg_, n, xp_.data(), wv_.data(), cfg_.bias ? b : nullptr, pooled, positions);
   }
@@ -128,6 +139,49 @@ class SingleChannelConv2d final : public Conv2dOp {
   }
 
  private:
+  // Note [Single-channel Winograd forward]: F(4x4, r x r) where the forward is stride 1, the
+  // kernel 3 or 5 and the output whole tiles; the backward stays on the direct loops (the
+  // gradients of the computed forward up to rounding, as for the Winograd convolution).
+  // The backend never builds this op for the direct algorithm (single_channel_conv_applies);
+  // a context that asks for it anyway gets the direct loops (the tests compare their copies).
+  void init_winograd() {
+    const int m = 4, r = g_.k;
+    if (ctx_.conv == ConvAlgorithm::kDirect) return;
+    if (g_.s != 1 || (r != 3 && r != 5) || g_.oh % m != 0 || g_.ow % m != 0) return;
+    if (g_.ow / m > kSingleForwardRowTiles) return;
+    wk_ = avx2_ ? winograd_kernels_avx2(m, r) : winograd_kernels_generic(m, r);
+    if (wk_ == nullptr) return;
+    wm_ = winograd_matrices(m, r);
+    wg_.m = m;
+    wg_.r = r;
+    wg_.alpha = wm_.alpha;
+    wg_.pad = g_.p;
+    wg_.in_h = g_.h;
+    wg_.in_w = g_.w;
+    wg_.out_h = g_.oh;
+    wg_.out_w = g_.ow;
+    wg_.tiles_h = g_.oh / m;
+    wg_.tiles_w = g_.ow / m;
+    wg_.cin = 1;
+    wg_.cout = g_.cout;
+    wg_.in_block = 1;
+    wg_.out_block = g_.block;
+    u_.resize(size_t(wm_.alpha) * wm_.alpha * g_.cout);
+  }
+
+  // y from the padded images in xp_; with positions, y is the 2 x 2 pooling of the output.
+  void winograd_forward(int n, const float* w, const float* b, float* y, int32_t* positions) {
+    const size_t count = size_t(g_.cout) * g_.k * g_.k;  // u_ is kept while w is unchanged
+    if (u_of_.size() != count || std::memcmp(u_of_.data(), w, count * sizeof(float)) != 0) {
+      u_of_.assign(w, w + count);
+      wk_->filter(wg_, wm_.g.data(), w, u_.data());
+    }
+    WinogradGeometry g = wg_;
+    g.pool = positions != nullptr ? 2 : 0;
+    wk_->single_forward(g, wm_.bt.data(), wm_.at.data(), u_.data(), xp_.data(),
+                        cfg_.bias ? b : nullptr, 0, n, y, positions);
+  }
+
   // w (Cout, 1, K, K) -> [Cout / 8][K][K][8]
   void pack_weights(const float* w) {
     const int kk = g_.k * g_.k;
@@ -193,6 +247,12 @@ class SingleChannelConv2d final : public Conv2dOp {
   PooledGeometry pg_;
   std::vector<float> sums_;   // its slices' sums
   std::vector<float> dense_;  // its dense gradient, where the pooled loops do not apply
+  // The Winograd forward (null: the direct loops), its geometry and matrices, the transformed
+  // filters and the weights they were transformed from.
+  const WinogradKernels* wk_ = nullptr;
+  WinogradGeometry wg_;
+  WinogradMatrices wm_;
+  std::vector<float> u_, u_of_;
 };
 
 }  // namespace

@@ -70,6 +70,9 @@ struct WinogradGemm {
 
 // The transforms over the tiles of images [n0, n1), with transformed buffers laid out as
 // winograd_tile_stride says. Each runs its own OpenMP loop over images.
+// The most tiles in a row of single_forward's output (it transforms a row's tiles first).
+constexpr int kSingleForwardRowTiles = 16;
+
 struct WinogradKernels {
   // v = bt d bt^T of every input tile d of x (zero outside the image).
   void (*input)(const WinogradGeometry& g, const float* bt, const float* x, int n0, int n1,
@@ -96,6 +99,12 @@ struct WinogradKernels {
   // dw[co][ci] = g^T du[.][ci][co] g, stored or (accumulate) added.
   void (*filter_adjoint)(const WinogradGeometry& g, const float* gm, const float* du, float* dw,
                          bool accumulate);
+  // Note [Single-channel Winograd forward]: y (with g.pool: its pooling and positions) of the
+  // one-channel images [n0, n1) of xp, zero-padded by g.pad and followed by 8 floats of slack,
+  // from the transformed filters u[p][co], plus bias (null: none); whole tiles only.
+  void (*single_forward)(const WinogradGeometry& g, const float* bt, const float* at,
+                         const float* u, const float* xp, const float* bias, int n0, int n1,
+                         float* y, int32_t* positions);
 };
 // The loops for F(m x m, r x r) compiled for AVX2 + FMA (null where not built or no such
 // instance), and for the baseline instruction set (null where no such instance).

@@ -244,35 +244,42 @@ inline void unpool_tile(const WinogradGeometry& g, const float* dpooled, const i
   });
 }
 
+// The end of output tile (ty, tx) t of image n, channels [8 grp, 8 grp + 8): plus the bias,
+// rectified as g says, then pooled (g.pool) or stored into y, cut to the output's size.
+template <int M>
+inline void finish_tile(const WinogradGeometry& g, v8 (&t)[M][M], v8 bias, int n, int ty, int tx,
+                        int grp, float* y, int32_t* positions) {
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < M; ++j) {
+      t[i][j] += bias;
+      if (g.relu) t[i][j] = t[i][j] <= 0.0f ? v8{} : t[i][j];
+    }
+  if constexpr (M % 2 == 0) {
+    if (g.pool == 2) return pool_tile<M>(g, t, n, ty, tx, grp, y, positions);
+  }
+  const int h = g.out_h, w = g.out_w;
+  float* dst = y + group_base(n, grp * 8, g.cout, g.out_block, h, w);
+  for (int i = 0; i < M && ty * M + i < h; ++i)
+    for (int j = 0; j < M && tx * M + j < w; ++j)
+      store8(dst + (int64_t{ty * M + i} * w + tx * M + j) * g.out_block, t[i][j]);
+}
+
 template <int A, int M>
 void output(const WinogradGeometry& g, const float* at_in, const float* mm, const float* bias,
             int n0, int n1, float* y, int32_t* positions) {
   const Splat<A> at(at_in, M * A);
-  const int tw = g.tiles_w, h = g.out_h, w = g.out_w;
+  const int tw = g.tiles_w;
   const int64_t rows = int64_t{n1 - n0} * g.tiles(), ts = winograd_tile_stride(A, g.cout);
   for_each_tile(g, g.cout, n0, n1, rows * ts, [&](int n, int ty, int tx, int grp) {
-    float* dst = y + group_base(n, grp * 8, g.cout, g.out_block, h, w);
-    const float* src = mm + int64_t{n - n0} * g.tiles() * ts + grp * 8;
-    const v8 b = bias != nullptr ? load8(bias + grp * 8) : v8{};
-    const int64_t step = g.out_block;
-    const float* in = src + (int64_t{ty} * tw + tx) * ts;
+    const float* in = mm + (int64_t{n - n0} * g.tiles() + int64_t{ty} * tw + tx) * ts + grp * 8;
     v8 d[A][A];
     for (int i = 0; i < A; ++i)
       for (int j = 0; j < A; ++j) d[i][j] = load8(in + (i * A + j) * g.cout);
     v8 s[M][A], t[M][M];
     for (int j = 0; j < A; ++j) at_1d<A, M>(at.v, &d[0][j], A, &s[0][j], A);  // columns
     for (int i = 0; i < M; ++i) at_1d<A, M>(at.v, &s[i][0], 1, &t[i][0], 1);  // rows
-    for (int i = 0; i < M; ++i)
-      for (int j = 0; j < M; ++j) {
-        t[i][j] += b;
-        if (g.relu) t[i][j] = t[i][j] <= 0.0f ? v8{} : t[i][j];
-      }
-    if constexpr (M % 2 == 0) {
-      if (g.pool == 2) return pool_tile<M>(g, t, n, ty, tx, grp, y, positions);
-    }
-    for (int i = 0; i < M && ty * M + i < h; ++i)
-      for (int j = 0; j < M && tx * M + j < w; ++j)
-        store8(dst + (int64_t{ty * M + i} * w + tx * M + j) * step, t[i][j]);
+    finish_tile<M>(g, t, bias != nullptr ? load8(bias + grp * 8) : v8{}, n, ty, tx, grp, y,
+                   positions);
   });
 }
 
@@ -365,10 +372,18 @@ void bias_grad(const WinogradGeometry& g, const float* dy, const int32_t* positi
   }
 }
 
+}  // namespace
+}  // namespace ddpv::cpu::DDPV_WINOGRAD_ISA
+
+#include "backend/cpu/winograd_single.hpp"
+
+namespace ddpv::cpu::DDPV_WINOGRAD_ISA {
+namespace {
+
 template <int A, int M>
 constexpr WinogradKernels kInstance{
-    &input<A, M>, &output<A, M>, &output_adjoint<A, M>, &input_adjoint<A, M>,
-    &bias_grad,   &gemm,         &filter<A, M>,         &filter_adjoint<A, M>};
+    &input<A, M>, &output<A, M>, &output_adjoint<A, M>, &input_adjoint<A, M>, &bias_grad,
+    &gemm,        &filter<A, M>, &filter_adjoint<A, M>, &single_forward<A, M>};
 
 }  // namespace
 
