@@ -152,20 +152,7 @@ class SingleChannelConv2d final : public Conv2dOp {
     wk_ = avx2_ ? winograd_kernels_avx2(m, r) : winograd_kernels_generic(m, r);
     if (wk_ == nullptr) return;
     wm_ = winograd_matrices(m, r);
-    wg_.m = m;
-    wg_.r = r;
-    wg_.alpha = wm_.alpha;
-    wg_.pad = g_.p;
-    wg_.in_h = g_.h;
-    wg_.in_w = g_.w;
-    wg_.out_h = g_.oh;
-    wg_.out_w = g_.ow;
-    wg_.tiles_h = g_.oh / m;
-    wg_.tiles_w = g_.ow / m;
-    wg_.cin = 1;
-    wg_.cout = g_.cout;
-    wg_.in_block = 1;
-    wg_.out_block = g_.block;
+    wg_ = winograd_geometry(cfg_, m);
     u_.resize(size_t(wm_.alpha) * wm_.alpha * g_.cout);
   }
 

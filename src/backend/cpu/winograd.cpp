@@ -129,6 +129,25 @@ bool winograd_known_entries(const WinogradMatrices& w) {
   return ok && bt(a - 1, a - 1) == 1.0f;
 }
 
+WinogradGeometry winograd_geometry(const Conv2dConfig& cfg, int m) {
+  WinogradGeometry g;
+  g.m = m;
+  g.r = cfg.kernel;
+  g.alpha = m + cfg.kernel - 1;
+  g.pad = cfg.padding;
+  g.in_h = cfg.in_h;
+  g.in_w = cfg.in_w;
+  g.out_h = cfg.out_h();
+  g.out_w = cfg.out_w();
+  g.tiles_h = (g.out_h + m - 1) / m;
+  g.tiles_w = (g.out_w + m - 1) / m;
+  g.cin = cfg.in_channels;
+  g.cout = cfg.out_channels;
+  g.in_block = cfg.in_block > 0 ? cfg.in_block : cfg.in_channels;
+  g.out_block = cfg.out_block > 0 ? cfg.out_block : cfg.out_channels;
+  return g;
+}
+
 int winograd_tile(ConvAlgorithm algorithm, const Conv2dConfig& c) {
   if (algorithm == ConvAlgorithm::kDirect) return 0;
   if (c.stride != 1 || (c.kernel != 3 && c.kernel != 5)) return 0;
@@ -190,21 +209,8 @@ class WinogradConv2d final : public Conv2dOp {
         cfg_(cfg),
         mat_(winograd_matrices(tile, cfg.kernel)),
         kernels_(kernels_for(tile, cfg.kernel)) {
-    auto& g = geo_;
-    g.m = tile;
-    g.r = cfg.kernel;
-    g.alpha = mat_.alpha;
-    g.pad = cfg.padding;
-    g.in_h = cfg.in_h;
-    g.in_w = cfg.in_w;
-    g.out_h = cfg.out_h();
-    g.out_w = cfg.out_w();
-    g.tiles_h = (g.out_h + tile - 1) / tile;
-    g.tiles_w = (g.out_w + tile - 1) / tile;
-    g.cin = cfg.in_channels;
-    g.cout = cfg.out_channels;
-    g.in_block = cfg.in_block > 0 ? cfg.in_block : cfg.in_channels;
-    g.out_block = cfg.out_block > 0 ? cfg.out_block : cfg.out_channels;
+    geo_ = winograd_geometry(cfg, tile);
+    const WinogradGeometry& g = geo_;
     points_ = int64_t{g.alpha} * g.alpha;
     vs_ = winograd_tile_stride(g.alpha, g.cin);
     ms_ = winograd_tile_stride(g.alpha, g.cout);

@@ -111,6 +111,10 @@ struct WinogradKernels {
 const WinogradKernels* winograd_kernels_avx2(int m, int r);
 const WinogradKernels* winograd_kernels_generic(int m, int r);
 
+// The geometry of F(m x m, kernel) over the layer (no ReLU, no pooling; tiles cover the
+// output, the last row and column of tiles possibly partial).
+WinogradGeometry winograd_geometry(const Conv2dConfig& cfg, int m);
+
 // The output tile size m for the layer, or 0 when it should (or must) run the direct
 // convolution: algorithm kDirect, stride != 1, a kernel other than 3 or 5, channel counts not
 // multiples of 8, a change of layout, or kAuto judging Winograd not worth it.
