@@ -3,7 +3,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -158,11 +157,8 @@ class SingleChannelConv2d final : public Conv2dOp {
 
   // y from the padded images in xp_; with positions, y is the 2 x 2 pooling of the output.
   void winograd_forward(int n, const float* w, const float* b, float* y, int32_t* positions) {
-    const size_t count = size_t(g_.cout) * g_.k * g_.k;  // u_ is kept while w is unchanged
-    if (u_of_.size() != count || std::memcmp(u_of_.data(), w, count * sizeof(float)) != 0) {
-      u_of_.assign(w, w + count);
+    if (weights_changed(u_of_, w, size_t(g_.cout) * g_.k * g_.k))
       wk_->filter(wg_, wm_.g.data(), w, u_.data());
-    }
     WinogradGeometry g = wg_;
     g.pool = positions != nullptr ? 2 : 0;
     wk_->single_forward(g, wm_.bt.data(), wm_.at.data(), u_.data(), xp_.data(),

@@ -129,6 +129,12 @@ bool winograd_known_entries(const WinogradMatrices& w) {
   return ok && bt(a - 1, a - 1) == 1.0f;
 }
 
+bool weights_changed(std::vector<float>& seen, const float* w, size_t count) {
+  if (seen.size() == count && std::memcmp(seen.data(), w, count * sizeof(float)) == 0) return false;
+  seen.assign(w, w + count);
+  return true;
+}
+
 WinogradGeometry winograd_geometry(const Conv2dConfig& cfg, int m) {
   WinogradGeometry g;
   g.m = m;
@@ -348,8 +354,7 @@ class WinogradConv2d final : public Conv2dOp {
   // (the optimizer steps after it): a comparison with the copy kept then skips the work.
   void transform_filter(const float* w) {
     const size_t count = size_t(geo_.cout) * geo_.cin * geo_.r * geo_.r;
-    if (u_of_.size() == count && std::memcmp(u_of_.data(), w, count * sizeof(float)) == 0) return;
-    u_of_.assign(w, w + count);
+    if (!weights_changed(u_of_, w, count)) return;
     kernels_->filter(geo_, mat_.g.data(), w, u_.data());  // Note [Filter transforms in registers]
   }
 

@@ -111,6 +111,11 @@ struct WinogradKernels {
 const WinogradKernels* winograd_kernels_avx2(int m, int r);
 const WinogradKernels* winograd_kernels_generic(int m, int r);
 
+// Whether the count weights at w differ from `seen`, which then becomes their copy: the
+// filter transforms run only when the weights changed (backward and evaluation see the
+// weights the last forward transformed).
+bool weights_changed(std::vector<float>& seen, const float* w, size_t count);
+
 // The geometry of F(m x m, kernel) over the layer (no ReLU, no pooling; tiles cover the
 // output, the last row and column of tiles possibly partial).
 WinogradGeometry winograd_geometry(const Conv2dConfig& cfg, int m);
