@@ -8,6 +8,8 @@
 #   QUICK=1            smoke test: 1 round, a few steps, 1 epoch on a 6000-image subset;
 #                      results go to $BUILD_DIR/bench-run/quick, not bench/results
 #   TTA_EPOCHS=6       epochs of the time-to-accuracy runs (cosine schedule over them)
+#   TTA_ROUNDS=2       rounds of the time-to-accuracy runs, ours and PyTorch's in the order
+#                      A B B A... (medians over rounds)
 #   SKIP_TTA=1         no time-to-accuracy runs
 #   RESULTS_DIR=DIR    where latest.md and latest.png go
 #   UPDATE_DOCS=1      also put the table into docs/performance.md (between its bench markers)
@@ -25,6 +27,7 @@ BATCH=64
 SYN_LR=0.01     # random labels: a small rate keeps both sides finite; speed does not depend on it
 if [ "$QUICK" = 1 ]; then
   ROUNDS=${ROUNDS:-1}
+  TTA_ROUNDS=${TTA_ROUNDS:-1}
   TTA_EPOCHS=${TTA_EPOCHS_QUICK:-1}
   WORK=$BUILD_DIR/bench-run/quick
   RESULTS_DIR=${RESULTS_DIR:-$WORK}
@@ -32,15 +35,18 @@ if [ "$QUICK" = 1 ]; then
   declare -A WARMUP=([lenet]=2 [resnet20]=1) TIMED=([lenet]=6 [resnet20]=2)
 else
   ROUNDS=${ROUNDS:-3}
+  TTA_ROUNDS=${TTA_ROUNDS:-2}
   WORK=$BUILD_DIR/bench-run
   RESULTS_DIR=${RESULTS_DIR:-bench/results}
   declare -A WARMUP=([lenet]=10 [resnet20]=3) TIMED=([lenet]=80 [resnet20]=24)
 fi
 RAW=$WORK/raw
-if ! [[ $ROUNDS =~ ^[1-9][0-9]*$ ]]; then
-  echo "bench.sh: ROUNDS must be a positive integer, got '$ROUNDS'" >&2
-  exit 2
-fi
+for v in ROUNDS TTA_ROUNDS; do
+  if ! [[ ${!v} =~ ^[1-9][0-9]*$ ]]; then
+    echo "bench.sh: $v must be a positive integer, got '${!v}'" >&2
+    exit 2
+  fi
+done
 for tool in "$BIN/ddpv-train" "$BIN/ddpv-convert" "$BIN/model_bench"; do
   [ -x "$tool" ] || { echo "bench.sh: $tool is missing: build first (make build)" >&2; exit 1; }
 done
@@ -152,17 +158,33 @@ wins = collections.Counter(json.load(open(f))["best_format"]
 print(wins.most_common(1)[0][0])
 EOF
 )
-  echo "== time to 91% on Fashion-MNIST, lenet, 2 ranks, $TTA_EPOCHS epochs at most: ours" \
-    "($(date -u +%H:%M:%S))"
-  logged ours-fmnist run_ours 2 --data "$store" --model lenet --epochs "$TTA_EPOCHS" \
-    --batch-size $BATCH --lr $TTA_LR --momentum 0.9 --weight-decay 5e-4 --lr-schedule cosine \
-    --no-augment --log-every 100000 --metrics "$RAW/ours-fmnist.jsonl"
-  sed -n 's/^epoch/   epoch/p' "$RAW/ours-fmnist.log"
-  echo "== the same for PyTorch ($fmt, stops at 91%) ($(date -u +%H:%M:%S))"
-  logged torch-fmnist peer --fashion-mnist "$store" --world-size 2 \
-    --threads 1 --batch-size $BATCH --lr $TTA_LR --momentum 0.9 --weight-decay 5e-4 \
-    --epochs "$TTA_EPOCHS" --target 0.91 --formats "$fmt" --json "$RAW/torch-fmnist.json"
-  sed -n 's/^torch_ddp: /   /p' "$RAW/torch-fmnist.log"
+  ours_tta() {  # round
+    echo "== time to 91% on Fashion-MNIST, lenet, 2 ranks, $TTA_EPOCHS epochs at most, round" \
+      "$1/$TTA_ROUNDS: ours ($(date -u +%H:%M:%S))"
+    logged "ours-fmnist-r$1" run_ours 2 --data "$store" --model lenet --epochs "$TTA_EPOCHS" \
+      --batch-size $BATCH --lr $TTA_LR --momentum 0.9 --weight-decay 5e-4 --lr-schedule cosine \
+      --no-augment --log-every 100000 --metrics "$RAW/ours-fmnist-r$1.jsonl"
+    sed -n 's/^epoch/   epoch/p' "$RAW/ours-fmnist-r$1.log"
+  }
+  torch_tta() {  # round
+    echo "== the same for PyTorch ($fmt, stops at 91%), round $1/$TTA_ROUNDS" \
+      "($(date -u +%H:%M:%S))"
+    logged "torch-fmnist-r$1" peer --fashion-mnist "$store" --world-size 2 \
+      --threads 1 --batch-size $BATCH --lr $TTA_LR --momentum 0.9 --weight-decay 5e-4 \
+      --epochs "$TTA_EPOCHS" --target 0.91 --formats "$fmt" --json "$RAW/torch-fmnist-r$1.json"
+    sed -n 's/^torch_ddp: /   /p' "$RAW/torch-fmnist-r$1.log"
+  }
+  # A load that comes or goes during the runs (this machine's usual noise) hits both sides
+  # alike in the order ours, PyTorch, PyTorch, ours, ...
+  for r in $(seq 1 "$TTA_ROUNDS"); do
+    if [ $((r % 2)) = 1 ]; then
+      ours_tta "$r"
+      torch_tta "$r"
+    else
+      torch_tta "$r"
+      ours_tta "$r"
+    fi
+  done
 fi
 
 # What the report prints about the machine and the run.
@@ -175,6 +197,7 @@ def sh(cmd):
         return ""
 meta = {
     "date": "$t0", "quick": "$QUICK" == "1", "rounds": $ROUNDS, "tta_epochs": $TTA_EPOCHS,
+    "tta_rounds": $TTA_ROUNDS,
     "skip_tta": "$SKIP_TTA" == "1", "batch": $BATCH, "tta_lr": $TTA_LR, "syn_lr": $SYN_LR,
     "warmup": {"lenet": ${WARMUP[lenet]}, "resnet20": ${WARMUP[resnet20]}},
     "timed": {"lenet": ${TIMED[lenet]}, "resnet20": ${TIMED[resnet20]}},

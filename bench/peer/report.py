@@ -83,21 +83,25 @@ def collect(raw):
 
 
 def time_to_target(raw):
-    """(ours, theirs): each {'epoch', 'elapsed_s'} of the first epoch at the target, or None,
-    and the accuracy traces; None for a side that did not run."""
-    ours = theirs = None
-    p = f"{raw}/ours-fmnist.jsonl"
-    if os.path.exists(p):
+    """(ours, theirs): for each side that ran, its rounds in order, each {'hit': the first epoch
+    at the target ({'epoch', 'elapsed_s'}) or None, 'trace': the accuracy trace}."""
+    def rounds(pattern):
+        files = glob.glob(os.path.join(raw, pattern))
+        return sorted(files, key=lambda f: int(re.search(r"-r(\d+)\.", f).group(1)))
+
+    def hit(trace):
+        return next((t for t in trace if (t["val_acc"] or 0) >= TARGET_ACC), None)
+
+    ours = []
+    for p in rounds("ours-fmnist-r*.jsonl"):
         trace = [{"epoch": r["epoch"], "val_acc": r["val_acc"], "elapsed_s": r["elapsed_s"]}
                  for r in read_jsonl(p) if r.get("event") == "epoch"]
-        hit = next((t for t in trace if (t["val_acc"] or 0) >= TARGET_ACC), None)
-        ours = {"hit": hit, "trace": trace}
-    p = f"{raw}/torch-fmnist.json"
-    if os.path.exists(p):
+        ours.append({"hit": hit(trace), "trace": trace})
+    theirs = []
+    for p in rounds("torch-fmnist-r*.json"):
         r = json.load(open(p))
-        hit = next((t for t in r["trace"] if t["val_acc"] >= TARGET_ACC), None)
-        theirs = {"hit": hit, "trace": r["trace"], "format": r["format"]}
-    return ours, theirs
+        theirs.append({"hit": hit(r["trace"]), "trace": r["trace"], "format": r["format"]})
+    return ours or None, theirs or None
 
 
 def ratio_row(name, ours_vals, their_vals, target):
@@ -135,23 +139,42 @@ def build_table(res, meta):
 
 
 def tta_row(ours, theirs, meta):
+    """The time-to-accuracy row: each side's median over rounds (min-max), and the ratio of the
+    medians; a side that missed the target in any round has no time."""
+    def seconds(side):
+        if not side or any(r["hit"] is None for r in side):
+            return None
+        return [r["hit"]["elapsed_s"] for r in side]
+
     def cell(side):
         if side is None:
             return "not run"
-        if side["hit"] is None:
-            best = max((t["val_acc"] or 0 for t in side["trace"]), default=0)
-            return f"not reached in {len(side['trace'])} epochs (best {100 * best:.2f}%)"
-        return f"{side['hit']['elapsed_s']:.1f} s (epoch {side['hit']['epoch']})"
+        missed = [i + 1 for i, r in enumerate(side) if r["hit"] is None]
+        if missed:
+            best = max((t["val_acc"] or 0 for r in side for t in r["trace"]), default=0)
+            return (f"not reached in round{'s' if len(missed) > 1 else ''} "
+                    f"{', '.join(map(str, missed))} of {len(side)} "
+                    f"({len(side[0]['trace'])} epochs; best {100 * best:.2f}%)")
+        s = seconds(side)
+        epochs = sorted({r["hit"]["epoch"] for r in side})
+        at = (f"epoch {epochs[0]}" if len(epochs) == 1
+              else "epochs " + ", ".join(str(r["hit"]["epoch"]) for r in side))
+        if len(s) == 1:
+            return f"{s[0]:.1f} s ({at})"
+        return f"{statistics.median(s):.1f} s ({min(s):.1f}-{max(s):.1f}; {at})"
     ratio, met = "", ""
-    if ours and theirs and ours["hit"] and theirs["hit"]:
-        r = ours["hit"]["elapsed_s"] / theirs["hit"]["elapsed_s"]
+    o, t = seconds(ours), seconds(theirs)
+    if o and t:
+        r = statistics.median(o) / statistics.median(t)
         ratio, met = f"{r:.2f}x", "yes" if r <= 0.33 else "no"
     elif ours and theirs:
         ratio = "n/a"
-        met = ("n/a (neither reached it)" if not ours["hit"] and not theirs["hit"]
-               else "no" if not ours["hit"] else "yes (PyTorch did not reach it)")
+        met = ("n/a (neither reached it)" if not o and not t
+               else "no" if not o else "yes (PyTorch did not reach it)")
+    rounds = len(ours or theirs or [])
     return [f"time to 91% test accuracy, Fashion-MNIST, lenet, 2 ranks (<= {meta['tta_epochs']} "
-            "epochs)", cell(ours), cell(theirs), ratio, "<= 0.33x", met]
+            f"epochs, median of {rounds} round{'s' if rounds != 1 else ''})", cell(ours),
+            cell(theirs), ratio, "<= 0.33x", met]
 
 
 def markdown(rows, res, peak1, peak, ours_tta, theirs_tta, meta):
@@ -181,12 +204,13 @@ def markdown(rows, res, peak1, peak, ours_tta, theirs_tta, meta):
         out.append(f"| {m}, {w} rank{'s' if w > 1 else ''} | {cells[0]} | {cells[1]} |")
     out.append("")
     for name, side in (("ddpvision", ours_tta), ("PyTorch", theirs_tta)):
-        if side:
+        for i, run in enumerate(side or []):
             trace = ", ".join(f"{t['epoch']}: {100 * (t['val_acc'] or 0):.2f}% at "
                               f"{t['elapsed_s']:.0f} s"
-                              for t in side["trace"])
+                              for t in run["trace"])
             out.append(f"- Fashion-MNIST trace, {name}"
-                       f"{' (' + side['format'] + ')' if 'format' in side else ''}: {trace}")
+                       f"{' (' + run['format'] + ')' if 'format' in run else ''}, round "
+                       f"{i + 1}: {trace}")
     out.append("")
     out.append(f"Versions: {meta['ddpv']}, oneDNN {meta['onednn']}, PyTorch {meta['torch']} "
                f"(gloo; BLAS {res['blas']}), {meta['mpi']}, {meta['cxx']}, "

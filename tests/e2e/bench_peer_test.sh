@@ -47,14 +47,29 @@ for r in 1 2; do
   echo "sgemm peak 100.0 GFLOP/s (1 thread, dnnl_sgemm 1024^3, best of 7)" >"$raw/sgemm-t1-r$r.log"
   echo "sgemm peak 150.0 GFLOP/s (2 threads, dnnl_sgemm 1024^3, best of 7)" >"$raw/sgemm-t2-r$r.log"
 done
-cat >"$raw/ours-fmnist.jsonl" <<'EOF'
-{"event": "epoch", "epoch": 1, "val_acc": 0.89, "elapsed_s": 9.0}
-{"event": "epoch", "epoch": 2, "val_acc": 0.912, "elapsed_s": 18.0}
-{"event": "epoch", "epoch": 3, "val_acc": 0.92, "elapsed_s": 27.0}
-EOF
-cat >"$raw/torch-fmnist.json" <<'EOF'
+# Time to 91%, three rounds. Ours: 18, 27 and 21 s (epoch 2 each) -> median 21.0 (mean 22). PyTorch:
+# 60 s (epoch 2), 80 s (epoch 3), 70 s (epoch 2) -> median 70.0; 21 / 70 = 0.30.
+tta_ours() {  # round, seconds per epoch
+  local e
+  for e in 1 2 3; do
+    echo "{\"event\": \"epoch\", \"epoch\": $e, \"val_acc\": 0.$((89 + e)), \"elapsed_s\": $(awk -v e="$e" -v s="$2" 'BEGIN { print e * s }')}"
+  done >"$raw/ours-fmnist-r$1.jsonl"
+}
+tta_ours 1 9
+tta_ours 3 10.5
+tta_ours 2 13.5
+cat >"$raw/torch-fmnist-r1.json" <<'EOF'
 {"format": "nchw", "trace": [{"epoch": 1, "val_acc": 0.9, "elapsed_s": 30.0},
                              {"epoch": 2, "val_acc": 0.915, "elapsed_s": 60.0}]}
+EOF
+cat >"$raw/torch-fmnist-r2.json" <<'EOF'
+{"format": "nchw", "trace": [{"epoch": 1, "val_acc": 0.9, "elapsed_s": 27.0},
+                             {"epoch": 2, "val_acc": 0.905, "elapsed_s": 54.0},
+                             {"epoch": 3, "val_acc": 0.911, "elapsed_s": 80.0}]}
+EOF
+cat >"$raw/torch-fmnist-r3.json" <<'EOF'
+{"format": "nchw", "trace": [{"epoch": 1, "val_acc": 0.9, "elapsed_s": 35.0},
+                             {"epoch": 2, "val_acc": 0.93, "elapsed_s": 70.0}]}
 EOF
 cat >"$raw/meta.json" <<'EOF'
 {"date": "2026-01-01 00:00 UTC", "quick": false, "rounds": 2, "tta_epochs": 3, "skip_tta": false,
@@ -81,7 +96,9 @@ expect "| lenet scaling 1 -> 2 ranks | 1.91x | 1.56x | 1.23x | >= 1.95x (ours) |
 expect "| resnet20 scaling 1 -> 2 ranks | 2.00x | 1.60x | 1.25x | >= 1.95x (ours) | yes |"
 # 400 images/s x 0.245 = 98 GFLOP/s of a 2 x 100 GFLOP/s peak.
 expect "| resnet20 GFLOP/s, 2 ranks (% of 2-core sgemm peak) | 98.0 (49.0%) | 39.2 (19.6%) | 2.50x |"
-expect "| 18.0 s (epoch 2) | 60.0 s (epoch 2) | 0.30x | <= 0.33x | yes |"
+expect "(<= 3 epochs, median of 3 rounds) | 21.0 s (18.0-27.0; epoch 2) | 70.0 s (60.0-80.0; epochs 2, 3, 2) | 0.30x | <= 0.33x | yes |"
+expect "Fashion-MNIST trace, PyTorch (nchw), round 2: 1: 90.00% at 27 s, 2: 90.50% at 54 s, 3: 91.10% at 80 s"
+expect "Fashion-MNIST trace, ddpvision, round 3: 1: 90.00% at 10 s"
 expect "a 2-thread sgemm gave 150.0 GFLOP/s"
 [[ $(head -c 8 "$WORK/latest.png" | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]] || fail "not a PNG"
 doc=$(cat "$WORK/doc.md")
