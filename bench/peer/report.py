@@ -151,10 +151,11 @@ def tta_row(ours, theirs, meta):
             return "not run"
         missed = [i + 1 for i, r in enumerate(side) if r["hit"] is None]
         if missed:
-            best = max((t["val_acc"] or 0 for r in side for t in r["trace"]), default=0)
+            best = max((t["val_acc"] or 0 for i in missed for t in side[i - 1]["trace"]),
+                       default=0)
             return (f"not reached in round{'s' if len(missed) > 1 else ''} "
                     f"{', '.join(map(str, missed))} of {len(side)} "
-                    f"({len(side[0]['trace'])} epochs; best {100 * best:.2f}%)")
+                    f"({len(side[missed[0] - 1]['trace'])} epochs; best {100 * best:.2f}%)")
         s = seconds(side)
         epochs = sorted({r["hit"]["epoch"] for r in side})
         at = (f"epoch {epochs[0]}" if len(epochs) == 1

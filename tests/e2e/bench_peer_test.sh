@@ -105,6 +105,14 @@ doc=$(cat "$WORK/doc.md")
 [[ $doc == *"| lenet images/s, 2 ranks x 1 thread | 2100"* && $doc != *old* && $doc == *tail ]] ||
   fail "the docs table was not replaced between the markers: $doc"
 
+# A round that misses the target leaves its side without a time (and the ratio n/a).
+cp -r "$raw" "$WORK/raw2"
+echo '{"event": "epoch", "epoch": 1, "val_acc": 0.905, "elapsed_s": 9.0}' >"$WORK/raw2/ours-fmnist-r2.jsonl"
+"$PY" "$SRC/bench/peer/report.py" "$WORK/raw2" --md "$WORK/latest2.md" --png "$WORK/latest2.png" \
+  >/dev/null || fail "report.py failed on a missed round"
+[[ $(cat "$WORK/latest2.md") == *"| not reached in round 2 of 3 (1 epochs; best 90.50%) | 70.0 s (60.0-80.0; epochs 2, 3, 2) | n/a | <= 0.33x | no |"* ]] ||
+  fail "a missed round: $(grep 'time to 91%' "$WORK/latest2.md")"
+
 # The peer itself: 2 ranks, both memory formats, then time-to-accuracy on a tiny store.
 json=$("$PY" "$SRC/bench/peer/torch_ddp.py" --model lenet --world-size 2 --warmup 1 --steps 2 \
        --json "$WORK/peer.json" 2>&1 | tail -n 1) || fail "torch_ddp.py synthetic failed: $json"
