@@ -29,17 +29,31 @@ AugmentDraw draw_augmentation(const AugmentOptions& options, uint64_t seed, int6
   return d;
 }
 
-void augment_normalize(const uint8_t* src, int height, int width, int channels, int pad,
-                       const AugmentDraw& draw, const float* mean, const float* inv_std,
-                       float* dst) {
+NormalizeTable::NormalizeTable(int channels, const float* mean, const float* inv_std)
+    : channels(channels) {
   DDPV_CHECK(channels >= 1 && channels <= 4, "augment: unsupported channel count ", channels);
   // Per channel, a byte maps to one of 256 floats: a lookup table replaces the arithmetic, and
   // the padding value (byte 0) comes from the same table.
-  float table[4][256];
   for (int c = 0; c < channels; ++c)
     for (int v = 0; v < 256; ++v)
       table[c][v] = (static_cast<float>(v) / 255.0f - mean[c]) * inv_std[c];
-  const int sy = draw.dy - pad, sx = draw.dx - pad;  // source offset of the crop
+}
+
+void augment_normalize(const uint8_t* src, int height, int width, int channels, int pad,
+                       const AugmentDraw& draw, const float* mean, const float* inv_std,
+                       float* dst) {
+  augment_normalize(src, height, width, pad, draw, NormalizeTable(channels, mean, inv_std), dst);
+}
+
+void augment_normalize(const uint8_t* src, int height, int width, int pad, const AugmentDraw& draw,
+                       const NormalizeTable& t, float* dst) {
+  const int channels = t.channels;
+  const auto& table = t.table;
+  const int sy = draw.dy - pad, sx = draw.dx - pad;         // source offset of the crop
+  if (channels == 1 && sy == 0 && sx == 0 && !draw.flip) {  // the identity draw, one channel
+    for (int64_t i = 0; i < int64_t{height} * width; ++i) dst[i] = table[0][src[i]];
+    return;
+  }
   for (int y = 0; y < height; ++y) {
     float* out_row = dst + static_cast<size_t>(y) * width * channels;
     const int yy = y + sy;

@@ -6,6 +6,7 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -36,7 +37,7 @@ struct Loader::State {
   DistributedSampler sampler;
   int height, width, channels;
   size_t image_bytes;
-  std::vector<float> mean, inv_std;
+  std::optional<NormalizeTable> normalize;  // the store's mean and std, once per loader
   const std::vector<int32_t>* labels;
   std::vector<uint8_t> cache;  // (N, H, W, C) when the split fits under cache_mb
   bool is_cached = false;
@@ -88,8 +89,8 @@ struct Loader::State {
       const AugmentDraw draw = opt.augment
                                    ? draw_augmentation(opt.augment_options, opt.seed, epoch, idx[i])
                                    : identity_draw(opt.augment_options);
-      augment_normalize(src, height, width, channels, opt.augment_options.pad, draw, mean.data(),
-                        inv_std.data(), images + static_cast<size_t>(i) * out_elems);
+      augment_normalize(src, height, width, opt.augment_options.pad, draw, *normalize,
+                        images + static_cast<size_t>(i) * out_elems);
       labels_out[i] = (*labels)[static_cast<size_t>(idx[i])];
     }
   }
@@ -158,8 +159,9 @@ Loader::Loader(const ImageStore& store, LoaderOptions options)
   s.width = store.width();
   s.channels = store.channels();
   s.image_bytes = static_cast<size_t>(store.image_bytes());
-  s.mean = store.mean();
-  for (float v : store.std()) s.inv_std.push_back(1.0f / v);
+  std::vector<float> inv_std;
+  for (float v : store.std()) inv_std.push_back(1.0f / v);
+  s.normalize.emplace(s.channels, store.mean().data(), inv_std.data());
   s.labels = &store.labels(o.split);
 
   const int64_t n = store.split_size(o.split);

@@ -97,6 +97,27 @@ TEST(DataAugment, MatchesNaivePadCropFlipNormalise) {
   EXPECT_GT(differ, 25);
 }
 
+// One channel (the identity draw has a loop of its own) and a table built once for many images,
+// as the loader uses it, against the naive loop: identity, shifted, flipped.
+TEST(DataAugment, OneChannelAndASharedTableMatchTheNaiveLoop) {
+  std::mt19937 gen(5);
+  const std::vector<float> mean{0.3f}, stdev{0.4f};
+  const float inv = 1.0f / stdev[0];
+  const NormalizeTable table(1, mean.data(), &inv);
+  const AugmentOptions opt{.crop = true, .pad = 2, .flip = true};
+  for (const AugmentDraw d : {identity_draw(opt), AugmentDraw{0, 3, false}, AugmentDraw{2, 2, true},
+                              AugmentDraw{4, 1, true}}) {
+    std::vector<uint8_t> img(kH * kW);
+    for (auto& v : img) v = static_cast<uint8_t>(gen() & 0xff);
+    std::vector<float> got(img.size());
+    augment_normalize(img.data(), kH, kW, opt.pad, d, table, got.data());
+    EXPECT_LT(
+        test::max_rel_error(got, naive_augment(img.data(), kH, kW, 1, opt.pad, d, mean, stdev)),
+        1e-4)
+        << "draw (" << d.dy << ", " << d.dx << ", " << d.flip << ")";
+  }
+}
+
 // Every batch of one epoch: sample index -> its float pixels, plus the labels seen.
 struct Epoch {
   std::vector<std::vector<float>> batches;

@@ -36,4 +36,14 @@ void augment_normalize(const uint8_t* src,  // (H, W, C)
                        const float* mean, const float* inv_std,  // (C)
                        float* dst);                              // (H, W, C)
 
+// The same with the byte -> float mapping of each channel computed once (a loader builds it
+// once and reuses it for every image): table[c][v] = (v / 255 - mean[c]) * inv_std[c].
+struct NormalizeTable {
+  NormalizeTable(int channels, const float* mean, const float* inv_std);
+  int channels;
+  float table[4][256];
+};
+void augment_normalize(const uint8_t* src, int height, int width, int pad, const AugmentDraw& draw,
+                       const NormalizeTable& table, float* dst);
+
 }  // namespace ddpv
