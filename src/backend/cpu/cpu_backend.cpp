@@ -30,10 +30,9 @@ constexpr int64_t kParallelMin = 1 << 16;
 
 // Note [Relayout by transposes]: between NCHW and blocks of b channels, block by block, a
 // block is a transpose of hw x b floats. Loop by loop (one float a time: a gather on one side)
-// lenet's flatten took 72 us for a batch's 7 x 7 x 64 in a hot cache, and 0.6-0.75% of its
-// step; in 8 x 8 tiles of registers, transposed by shuffles, 29-31 us each way. In the step,
-// where the source comes from L3, the gain is smaller: 0.93-1.04% -> 0.81% of model_bench
-// --sgd 1 lenet under perf.
+// lenet's flatten took 72 us for a batch's 7 x 7 x 64 in a hot cache; in 8 x 8 tiles of
+// registers, transposed by shuffles, 29-31 us each way. In the step, where the source comes
+// from L3, the gain is smaller: 0.93-1.04% -> 0.81% of model_bench --sgd 1 lenet under perf.
 __attribute__((target("avx2"))) inline void transpose8x8(__m256 (&r)[8]) {
   __m256 t[8], u[8];
   for (int i = 0; i < 4; ++i) {
