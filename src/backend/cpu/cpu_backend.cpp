@@ -3,7 +3,6 @@
 // softmax_xent.cpp.
 #include "backend/cpu/cpu_backend.hpp"
 
-#include <immintrin.h>
 #include <omp.h>
 
 #include <cfloat>
@@ -14,6 +13,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.hpp"
+#include "backend/cpu/transpose8.hpp"
 #include "ddpv/core/dtype.hpp"
 
 namespace ddpv {
@@ -33,51 +33,6 @@ constexpr int64_t kParallelMin = 1 << 16;
 // lenet's flatten took 72 us for a batch's 7 x 7 x 64 in a hot cache; in 8 x 8 tiles of
 // registers, transposed by shuffles, 29-31 us each way. In the step, where the source comes
 // from L3, the gain is smaller: 0.93-1.04% -> 0.81% of model_bench --sgd 1 lenet under perf.
-__attribute__((target("avx2"))) inline void transpose8x8(__m256 (&r)[8]) {
-  __m256 t[8], u[8];
-  for (int i = 0; i < 4; ++i) {
-    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 2; ++i) {
-    u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-    u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xee);
-    u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-    u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xee);
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
-    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
-  }
-}
-
-// The 8 channels at src + s * stride + k (s < hw, k < 8) to planes[k * hw + s], and back.
-__attribute__((target("avx2"))) void channels_to_planes_avx2(const float* src, int64_t stride,
-                                                             float* planes, int64_t hw) {
-  int64_t s = 0;
-  for (; s + 8 <= hw; s += 8) {
-    __m256 r[8];
-    for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + (s + i) * stride);
-    transpose8x8(r);
-    for (int k = 0; k < 8; ++k) _mm256_storeu_ps(planes + k * hw + s, r[k]);
-  }
-  for (; s < hw; ++s)
-    for (int k = 0; k < 8; ++k) planes[k * hw + s] = src[s * stride + k];
-}
-
-__attribute__((target("avx2"))) void planes_to_channels_avx2(const float* planes, int64_t hw,
-                                                             float* dst, int64_t stride) {
-  int64_t s = 0;
-  for (; s + 8 <= hw; s += 8) {
-    __m256 r[8];
-    for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(planes + k * hw + s);
-    transpose8x8(r);
-    for (int i = 0; i < 8; ++i) _mm256_storeu_ps(dst + (s + i) * stride, r[i]);
-  }
-  for (; s < hw; ++s)
-    for (int k = 0; k < 8; ++k) dst[s * stride + k] = planes[k * hw + s];
-}
-
 const bool kAvx2 = __builtin_cpu_supports("avx2");
 
 // Note [Blocked activations] on oneDNN: 16-channel blocks where AVX-512 runs, 8 otherwise;
