@@ -215,8 +215,10 @@ void input(const WinogradGeometry& g, const float* bt_in, const float* x, int n0
       if (n + 1 < n1)  // Note [Prefetching the next region]
         prefetch_slice(x + (n + 1) * image, image * 4, (ty * groups + grp) * tw + tx, items);
       const int shared = tx > 0 ? A - M : 0;  // columns the tile before transformed
-      for (int p = 0; p < A; ++p)
-        for (int j = 0; j < shared; ++j) s[p][j] = s[p][j + M];
+      if (tx > 0) {  // a count known at compile time: register moves, not a call to memcpy
+        for (int p = 0; p < A; ++p)
+          for (int j = 0; j < A - M; ++j) s[p][j] = s[p][j + M];
+      }
       const int x0 = tx * M - g.pad;
       for (int j = shared; j < A; ++j) {
         const int xx = x0 + j;
