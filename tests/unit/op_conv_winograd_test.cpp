@@ -184,19 +184,17 @@ TEST(ConvOpWinograd, BaselineLoopsMatchTheAvx2Ones) {
       std::vector<int32_t> at(cells);
       k->input(g, mat.bt.data(), x.data(), 0, n, v.data());
       k->output(g, mat.at.data(), t_out.data(), bias.data(), 0, n, y.data(), nullptr);
-      k->output_adjoint(g, mat.at.data(), dy.data(), nullptr, 0, n, dm.data());
+      k->output_adjoint(g, mat.at.data(), dy.data(), nullptr, 0, n, dm.data(), db.data());
       k->input_adjoint(g, mat.bt.data(), t_in.data(), 0, n, dx.data());
-      k->bias_grad(g, dy.data(), nullptr, 0, n, db.data());
       k->output(gp, mat.at.data(), t_out.data(), bias.data(), 0, n, pooled.data(), at.data());
-      k->output_adjoint(gp, mat.at.data(), dpooled.data(), at.data(), 0, n, dmp.data());
-      k->bias_grad(gp, dpooled.data(), at.data(), 0, n, dbp.data());
+      k->output_adjoint(gp, mat.at.data(), dpooled.data(), at.data(), 0, n, dmp.data(), dbp.data());
       return std::vector<std::vector<float>>{
           v, y, dm, dx, db, pooled, std::vector<float>(at.begin(), at.end()), dmp, dbp};
     };
     const auto want = run(fast), got = run(base);
     const char* names[] = {
-        "input",         "output",    "output_adjoint",        "input_adjoint",   "bias_grad",
-        "output pooled", "positions", "output_adjoint pooled", "bias_grad pooled"};
+        "input",         "output",    "output_adjoint",        "input_adjoint",   "bias sums",
+        "output pooled", "positions", "output_adjoint pooled", "bias sums pooled"};
     for (size_t i = 0; i < want.size(); ++i)
       EXPECT_TRUE(winograd_close(got[i], to_double(want[i]))) << names[i];
   }

@@ -250,7 +250,7 @@ class WinogradConv2d final : public Conv2dOp {
 
   // Note [Max pooling fused into the convolution]: the output transform pools each rectified
   // tile while it is in registers (2 x 2 windows never straddle tiles of even size), and
-  // output_adjoint and bias_grad read the pooled gradient (Note [Pooled weight gradient]).
+  // output_adjoint reads the pooled gradient (Note [Pooled weight gradient]).
   bool fuse_max_pool(int kernel) override {
     if (!geo_.relu || kernel != 2 || geo_.m % 2 != 0 || geo_.out_h < 2 || geo_.out_w < 2)
       return false;
@@ -304,10 +304,13 @@ class WinogradConv2d final : public Conv2dOp {
       transform_filter(w);
       transpose_filter();
     }
+    if (cfg_.bias && !accumulate) std::fill(db, db + g.cout, 0.0f);
     for (int n0 = 0; n0 < n; n0 += chunk_) {
       const int n1 = std::min(n, n0 + chunk_);
       const int64_t rows = int64_t{n1 - n0} * g.tiles();
-      kernels_->output_adjoint(g, mat_.at.data(), dy, positions, n0, n1, m_.data());
+      // Note [Bias gradient in output_adjoint]
+      kernels_->output_adjoint(g, mat_.at.data(), dy, positions, n0, n1, m_.data(),
+                               cfg_.bias ? db : nullptr);
       kernels_->input(g, mat_.bt.data(), x, n0, n1, v_.data());
       WinogradGemm wg;  // dU_p += V_p^T dM_p
       wg.points = points_, wg.m = g.cin, wg.n = g.cout, wg.k = rows;
@@ -330,10 +333,6 @@ class WinogradConv2d final : public Conv2dOp {
       kernels_->input_adjoint(g, mat_.bt.data(), v_.data(), n0, n1, dx);
     }
     filter_gradient(dw, accumulate);
-    if (cfg_.bias) {
-      if (!accumulate) std::fill(db, db + g.cout, 0.0f);
-      kernels_->bias_grad(g, dy, positions, 0, n, db);
-    }
   }
 
   void reserve(int n) {

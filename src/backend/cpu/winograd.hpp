@@ -39,7 +39,7 @@ struct WinogradGeometry {
   int cin = 0, cout = 0, in_block = 0, out_block = 0;
   bool relu = false;  // output writes max(0, y) (Note [Fused ReLU])
   // Note [Max pooling fused into the convolution]: 2 where output writes the 2 x 2 max pooling
-  // of its rectified tiles (m even) and output_adjoint and bias_grad take its gradient; 0: none.
+  // of its rectified tiles (m even) and output_adjoint takes its gradient; 0: none.
   int pool = 0;
   int tiles() const { return tiles_h * tiles_w; }
 };
@@ -82,16 +82,15 @@ struct WinogradKernels {
   void (*output)(const WinogradGeometry& g, const float* at, const float* mm, const float* bias,
                  int n0, int n1, float* y, int32_t* positions);
   // The adjoint of output: dm = at^T dy at of every output tile of dy (zero past its edge);
-  // with g.pool, dy is the pooling's output gradient, routed by `positions`.
+  // with g.pool, dy is the pooling's output gradient, routed by `positions`. With db, also
+  // db += the sum of dy over images [n0, n1) and positions, per output channel (with g.pool:
+  // of the pooled dy where `positions` has a window's maximum; Note [Bias gradient in
+  // output_adjoint]).
   void (*output_adjoint)(const WinogradGeometry& g, const float* at, const float* dy,
-                         const int32_t* positions, int n0, int n1, float* dm);
+                         const int32_t* positions, int n0, int n1, float* dm, float* db);
   // The adjoint of input: dx += bt^T dv bt, tile by tile (tiles overlap by r - 1).
   void (*input_adjoint)(const WinogradGeometry& g, const float* bt, const float* dv, int n0, int n1,
                         float* dx);
-  // db += the sum of dy over images [n0, n1) and positions, per output channel (with g.pool:
-  // of the pooled dy where `positions` has a window's maximum).
-  void (*bias_grad)(const WinogradGeometry& g, const float* dy, const int32_t* positions, int n0,
-                    int n1, float* db);
   // The per-point GEMMs (points in parallel).
   void (*gemm)(const WinogradGemm& args);
   // u[p][ci][co] = (g w g^T)[p] of the weights w[cout][cin][r][r], g being a x r.
