@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "backend/cpu/vec8.hpp"
@@ -230,8 +231,9 @@ void gemm_packed(const WinogradGemm& g) {
 #pragma omp parallel if (g.points * g.m * g.n * g.k >= kParallelGemmMin)
   {
     const int64_t kmax = std::min(g.k, kPanelRows);
-    std::vector<float> panel(size_t(kmax * (g.m + g.n) + 16));
-    float* const pa = align64(panel.data());
+    // Not zeroed (std::vector's value-initialisation was a memset of the panels per call).
+    const std::unique_ptr<float[]> panel(new float[size_t(kmax * (g.m + g.n) + 16)]);
+    float* const pa = align64(panel.get());
     float* const pb = pa + kmax * g.m;
 #pragma omp for schedule(static)
     for (int64_t p = 0; p < g.points; ++p) {
