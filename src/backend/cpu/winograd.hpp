@@ -68,11 +68,11 @@ struct WinogradGemm {
   bool accumulate = false;
 };
 
-// The transforms over the tiles of images [n0, n1), with transformed buffers laid out as
-// winograd_tile_stride says. Each runs its own OpenMP loop over images.
 // The most tiles in a row of single_forward's output (it transforms a row's tiles first).
 constexpr int kSingleForwardRowTiles = 16;
 
+// The transforms over the tiles of images [n0, n1), with transformed buffers laid out as
+// winograd_tile_stride says. Each runs its own OpenMP loop over images.
 struct WinogradKernels {
   // v = bt d bt^T of every input tile d of x (zero outside the image).
   void (*input)(const WinogradGeometry& g, const float* bt, const float* x, int n0, int n1,
