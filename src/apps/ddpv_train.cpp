@@ -63,6 +63,7 @@ po::options_description describe(TrainOptions& o) {
   dist.add_options()
     ("bucket-mb", po::value(&o.bucket_mb)->default_value(o.bucket_mb), "gradient bucket size in MiB (0: one per tensor)")
     ("no-overlap", po::bool_switch(&o.no_overlap), "allreduce all gradients after backward instead of during it")
+    ("no-shared-update", po::bool_switch(&o.no_shared_update), "CPU: a model copy per rank and an MPI allreduce, even for ranks that share a node")
     ("mpi-progress", po::value(&o.mpi_progress)->default_value(o.mpi_progress), "CPU: nonblocking (MPI_Iallreduce advanced from backward) | thread")
     ("comm-timeout", po::value(&o.comm_timeout)->default_value(o.comm_timeout), "seconds before a stuck collective aborts the job (CUDA)");
   po::options_description out("Checkpoints and output");

@@ -25,6 +25,12 @@ const char* precision_name(Precision p) {
   return "?";
 }
 
+void Backend::sgd_update_sum(const SgdConfig&, const std::vector<ParamSpan>&, int64_t, float*,
+                             const std::vector<const float*>&, float*) {
+  DDPV_FAIL("the ", device_name(device()),
+            " backend has no summed SGD update (Note [Shared update] is for host memory)");
+}
+
 bool cuda_backend_compiled() {
 #if DDPV_HAVE_CUDA
   return true;

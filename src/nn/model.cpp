@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <sstream>
 
 #include "ddpv/core/rng.hpp"
@@ -79,15 +80,38 @@ Model::Model(std::string name, Backend& backend, std::vector<std::unique_ptr<Lay
   grad_arena_ = Tensor::empty(Shape{param_count_}, DType::kF32, alloc);
   momentum_arena_ = Tensor::empty(Shape{param_count_}, DType::kF32, alloc);
   buffer_arena_ = Tensor::empty(Shape{std::max<int64_t>(buffer_count_, 1)}, DType::kF32, alloc);
-  for (ParamSlot* s : impl_->param_slots) {
-    s->value = param_data() + params_[s->index].offset;
-    s->grad = grad_data() + params_[s->index].offset;
-  }
+  point_param_slots();
   for (ParamSlot* s : impl_->buffer_slots) s->value = buffer_data() + buffers_[s->index].offset;
   init_parameters(0);
 }
 
 Model::~Model() = default;
+
+void Model::point_param_slots() {
+  for (ParamSlot* s : impl_->param_slots) {
+    s->value = param_data() + params_[s->index].offset;
+    s->grad = grad_data() + params_[s->index].offset;
+  }
+}
+
+void Model::bind_arenas(float* params, float* grads, float* momentum, bool copy_values) {
+  for (const float* a : {params, grads, momentum})
+    DDPV_CHECK(a != nullptr && reinterpret_cast<uintptr_t>(a) % 64 == 0, "model ", name_,
+               ": arenas must be 64-byte aligned memory");
+  const size_t bytes = static_cast<size_t>(param_count_) * sizeof(float);
+  const Device d = backend_.device();
+  if (copy_values) {
+    backend_.copy(params, d, param_data(), d, bytes);
+    backend_.copy(momentum, d, momentum_data(), d, bytes);
+  }
+  backend_.fill(param_count_, 0.0f, grads);
+  const Shape shape{param_count_};
+  param_arena_ = Tensor::wrap(params, shape, DType::kF32, d);
+  grad_arena_ = Tensor::wrap(grads, shape, DType::kF32, d);
+  momentum_arena_ = Tensor::wrap(momentum, shape, DType::kF32, d);
+  point_param_slots();
+  backend_.synchronize();
+}
 
 std::vector<ParamSpan> Model::decay_spans() const {
   std::vector<ParamSpan> spans;

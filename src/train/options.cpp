@@ -92,6 +92,7 @@ std::string options_to_config(const TrainOptions& o) {
     << o.lr_schedule << "\nwarmup-epochs = " << o.warmup_epochs << "\naccum-steps = "
     << o.accum_steps << "\nseed = " << o.seed << "\ndeterministic = " << b(o.deterministic)
     << "\nbucket-mb = " << o.bucket_mb << "\nno-overlap = " << b(o.no_overlap)
+    << "\nno-shared-update = " << b(o.no_shared_update)
     << "\nmpi-progress = " << o.mpi_progress << "\ncomm-timeout = " << o.comm_timeout
     << "\ncheckpoint-dir = " << o.checkpoint_dir << "\ncheckpoint-every = "
     << o.checkpoint_every << "\nkeep-checkpoints = " << o.keep_checkpoints

@@ -75,12 +75,6 @@ void Trainer::Impl::build_model() {
     comm = make_communicator(world, *backend);
   }
   comm->set_timeout(o.comm_timeout);  // the CUDA watchdog; MPI collectives have none
-  GradReducerOptions ro;
-  ro.overlap = !o.no_overlap;
-  ro.reduce_type = o.reduce_dtype == "bf16" ? CommType::kBF16 : CommType::kF32;
-  ro.backend = backend.get();
-  reducer = std::make_unique<GradReducer>(BucketPlan(model->params(), o.bucket_mb), *comm,
-                                          model->grad_data(), ro);
   sgd.momentum = static_cast<float>(o.momentum);
   sgd.nesterov = o.nesterov;
   sgd.weight_decay = static_cast<float>(o.weight_decay);
@@ -112,12 +106,36 @@ void Trainer::Impl::build_model() {
   epoch_step = pos[1];
   step = pos[2];
   model->set_batches_tracked(pos[3]);
+  make_update();
+}
+
+// The gradients' way to the optimizer, chosen once the replicas are equal: on CPU the node's
+// ranks share one model (Note [Shared update]) unless --no-shared-update or --reduce-dtype bf16
+// asks for the allreduce; otherwise buckets are allreduced during backward.
+void Trainer::Impl::make_update() {
+  std::string why_not = "--no-shared-update";
+  if (o.reduce_dtype == "bf16") why_not = "--reduce-dtype bf16";
+  if (!o.no_shared_update && o.reduce_dtype != "bf16") {
+    shared = SharedUpdate::create(world, *model, &why_not);
+  }
+  std::string how;
+  if (shared) {
+    how = shared->summary();
+  } else {
+    GradReducerOptions ro;
+    ro.overlap = !o.no_overlap;
+    ro.reduce_type = o.reduce_dtype == "bf16" ? CommType::kBF16 : CommType::kF32;
+    ro.backend = backend.get();
+    reducer = std::make_unique<GradReducer>(BucketPlan(model->params(), o.bucket_mb), *comm,
+                                            model->grad_data(), ro);
+    how = comm->name() + (o.reduce_dtype == "bf16" ? " in bf16; " : "; ") +
+          reducer->plan().summary();
+    if (world.size() > 1 && backend->device() == Device::kCpu) how += " (" + why_not + ")";
+  }
   if (world.is_root()) {
     DDPV_INFO(model->summary().substr(0, model->summary().find('\n')), "; ", world.size(),
               " rank(s) x batch ", o.batch_size, (o.accum_steps > 1 ? " x accum " : ""),
-              (o.accum_steps > 1 ? std::to_string(o.accum_steps) : std::string()), "; ",
-              comm->name(), (o.reduce_dtype == "bf16" ? " in bf16" : ""), "; ",
-              reducer->plan().summary());
+              (o.accum_steps > 1 ? std::to_string(o.accum_steps) : std::string()), "; ", how);
   }
 }
 
@@ -151,20 +169,27 @@ void Trainer::Impl::train_step() {
     samples += n;
     ensure_tensor(dlogits, logits.shape(), *backend);
     loss_op->backward(n, y.data<int32_t>(), dlogits.data<float>(), 1.0f / static_cast<float>(n));
-    reducer->set_sync(k == o.accum_steps - 1);
-    model->backward(dlogits, /*accumulate=*/k > 0, reducer->ready_fn());
+    if (reducer) reducer->set_sync(k == o.accum_steps - 1);
+    model->backward(dlogits, /*accumulate=*/k > 0, reducer ? reducer->ready_fn() : GradReadyFn());
     const auto t_next = Clock::now();
     train_feed->done();  // the next batch uploads while this backward runs (Note [Two slots])
     data_wait += seconds_since(t_next);
-    const auto t_comm = Clock::now();
-    reducer->wait();
-    comm_wait += seconds_since(t_comm);
+    if (reducer) {
+      const auto t_comm = Clock::now();
+      reducer->wait();
+      comm_wait += seconds_since(t_comm);
+    }
   }
   const double lr = schedule->at(step);
   sgd.lr = static_cast<float>(lr);
-  sgd.grad_scale = reducer->grad_scale() / static_cast<float>(o.accum_steps);
-  backend->sgd_update(sgd, spans, model->param_count(), model->param_data(), model->grad_data(),
-                      model->momentum_data());
+  // Gradients are summed over ranks, so 1 / world size averages them (Note [Folded averaging]).
+  sgd.grad_scale = 1.0f / static_cast<float>(world.size()) / static_cast<float>(o.accum_steps);
+  if (shared) {
+    comm_wait += shared->step(sgd);
+  } else {
+    backend->sgd_update(sgd, spans, model->param_count(), model->param_data(),
+                        model->grad_data(), model->momentum_data());
+  }
   ++step;
   ++epoch_step;
 

@@ -10,6 +10,7 @@
 #include "ddpv/data/image_store.hpp"
 #include "ddpv/dist/communicator.hpp"
 #include "ddpv/dist/grad_reducer.hpp"
+#include "ddpv/dist/shared_update.hpp"
 #include "ddpv/dist/world.hpp"
 #include "ddpv/nn/model.hpp"
 #include "ddpv/train/metrics.hpp"
@@ -45,6 +46,7 @@ struct Trainer::Impl {
   void open_data();
   void make_feeds();
   void build_model();
+  void make_update();  // the shared update or the gradient reducer
   // the loop (trainer.cpp)
   TrainSummary run();
   void train_step();
@@ -69,7 +71,8 @@ struct Trainer::Impl {
   std::unique_ptr<DeviceFeed> train_feed, val_feed;
   std::unique_ptr<Model> model;
   std::unique_ptr<Communicator> comm;
-  std::unique_ptr<GradReducer> reducer;
+  std::unique_ptr<GradReducer> reducer;  // null with the shared update
+  std::unique_ptr<SharedUpdate> shared;  // Note [Shared update]; null where it does not apply
   std::unique_ptr<SoftmaxCrossEntropyOp> loss_op;
   std::vector<ParamSpan> spans;
   SgdConfig sgd;

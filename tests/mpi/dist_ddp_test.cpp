@@ -1,7 +1,7 @@
 // DDP equivalence under real Open MPI: lenet trained 5 steps on W ranks x batch B ends with the
 // parameters of one rank trained on batch W*B (computed locally on every rank), for overlap
 // on/off, bucket sizes 0, 1 and 25 MiB, gradient accumulation and bf16 reduction (within its
-// rounding); replicas stay bit-identical.
+// rounding); replicas stay bit-identical. So does the shared update of a node's ranks.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +10,7 @@
 #include "ddpv/core/rng.hpp"
 #include "ddpv/dist/communicator.hpp"
 #include "ddpv/dist/grad_reducer.hpp"
+#include "ddpv/dist/shared_update.hpp"
 #include "ddpv/dist/world.hpp"
 #include "support/test_support.hpp"
 
@@ -165,6 +166,68 @@ INSTANTIATE_TEST_SUITE_P(Lenet, DdpTest,
                                            DdpCase{false, 1, 2, MpiProgress::kThread,
                                                    CommType::kBF16}),
                          case_name);
+
+// Note [Shared update]: the node's ranks update one shared model. It matches one rank with the
+// global batch; on 2 ranks it equals the allreduce path bit for bit (a sum of two floats has
+// one order), on 4 to rounding (the order of the sum differs from MPI's). Every rank reads the
+// whole updated model, though each updated only its slice.
+TEST(SharedUpdate, MatchesOneRankAndTheAllreducePath) {
+  World world;
+  auto backend = make_backend(BackendOptions{.threads = 1});
+  const int w = world.size(), r = world.rank();
+  auto comm = make_mpi_communicator(world);
+  for (int accum : {1, 2}) {
+    SCOPED_TRACE("accum " + std::to_string(accum));
+    auto shared_model = make_model("lenet", *backend, kInput, kClasses);
+    auto mpi_model = make_model("lenet", *backend, kInput, kClasses);
+    for (Model* m : {shared_model.get(), mpi_model.get()}) {
+      m->init_parameters(kInitSeed + static_cast<uint64_t>(r));
+      broadcast_parameters(*m, *comm);
+    }
+    std::string why_not;
+    auto shared = SharedUpdate::create(world, *shared_model, &why_not);
+    ASSERT_TRUE(shared) << "all ranks of this test share a node, yet: " << why_not;
+    GradReducer reducer(BucketPlan(mpi_model->params(), 25), *comm, mpi_model->grad_data(), {});
+    SgdConfig cfg;
+    cfg.lr = 0.05f;
+    cfg.momentum = 0.9f;
+    cfg.weight_decay = 1e-4f;
+    cfg.grad_scale = 1.0f / static_cast<float>(w * accum);
+    for (int s = 0; s < kSteps; ++s) {
+      const StepData d = step_data(s, w * kBatch * accum);
+      for (int k = 0; k < accum; ++k) {
+        const int first = (k * w + r) * kBatch;
+        const float* images = d.images.data() + static_cast<size_t>(first) * 784;
+        forward_backward(*shared_model, images, d.labels.data() + first, kBatch, k > 0, {});
+        reducer.set_sync(k == accum - 1);
+        forward_backward(*mpi_model, images, d.labels.data() + first, kBatch, k > 0,
+                         reducer.ready_fn());
+        reducer.wait();
+      }
+      shared->step(cfg);
+      sgd_step(*mpi_model, cfg.grad_scale);
+    }
+    auto arena = [](Model& m) {
+      return std::vector<float>(m.param_data(), m.param_data() + m.param_count());
+    };
+    const std::vector<float> got = arena(*shared_model), allreduced = arena(*mpi_model);
+    EXPECT_LE(test::max_rel_error(got, reference_params(*backend, w, accum)), 5e-5);
+    const std::vector<float> momentum(shared_model->momentum_data(),
+                                      shared_model->momentum_data() + shared_model->param_count());
+    const std::vector<float> mpi_momentum(
+        mpi_model->momentum_data(), mpi_model->momentum_data() + mpi_model->param_count());
+    if (w == 2) {
+      EXPECT_EQ(got, allreduced) << "parameters";
+      EXPECT_EQ(momentum, mpi_momentum) << "momentum";
+    } else {
+      EXPECT_LE(test::max_rel_error(got, allreduced), 1e-5);
+    }
+    int64_t h[2] = {static_cast<int64_t>(model_hash(*shared_model)), 0};
+    h[1] = -h[0];
+    world.allreduce_max(h, 2);
+    EXPECT_EQ(h[0], -h[1]) << "ranks see different parameters";
+  }
+}
 
 TEST(ModelSync, BroadcastMakesReplicasBitIdentical) {
   World world;

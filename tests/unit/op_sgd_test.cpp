@@ -116,6 +116,61 @@ TEST_P(SgdOpTest, RejectsSpansThatDoNotCoverTheArena) {
       << "momentum without a buffer";
 }
 
+// sgd_update_sum (Note [Shared update]) on a part of the arena, with the gradient summed from
+// one, two (the loop of its own) and three arenas: the part matches the reference fed with the
+// summed gradient, and nothing outside the part moves.
+TEST_P(SgdOpTest, SummedUpdateMatchesTorchSgdOnTheSumAndLeavesTheRestAlone) {
+  DDPV_BACKEND_OR_SKIP(backend, GetParam());
+  const int64_t count = 70301;
+  const size_t nc = static_cast<size_t>(count);
+  // The part [96, 70016): a slice of a rank, cut through a decayed run at both ends.
+  const std::vector<ParamSpan> spans{{96, 4, true}, {100, 3, false}, {103, 69913, true}};
+  const SgdConfig c = config(0.1f, 0.9f, 0.05f, true, 0.5f);
+  if (backend->device() != Device::kCpu) {
+    DeviceBuffer p(backend.get(), nc), g(backend.get(), nc), m(backend.get(), nc);
+    EXPECT_THROW(backend->sgd_update_sum(c, spans, count, p.data(), {g.data()}, m.data()), Error);
+    return;
+  }
+  for (int sources : {1, 2, 3}) {
+    SCOPED_TRACE(std::to_string(sources) + " gradient arenas");
+    const auto p0 = random_vector(nc, 31);
+    TorchSgdRef ref{to_double(p0), std::vector<double>(nc), std::vector<bool>(nc, false)};
+    std::vector<float> p = p0, m(nc, 0.0f);
+    for (int step = 0; step < 4; ++step) {
+      std::vector<std::vector<float>> g;
+      std::vector<const float*> arenas;
+      for (int k = 0; k < sources; ++k) {
+        g.push_back(random_vector(nc, 100 * step + k, -2.0f, 2.0f));
+        arenas.push_back(g.back().data());
+      }
+      std::vector<float> sum(nc, 0.0f);
+      for (size_t i = 0; i < nc; ++i)
+        for (int k = 0; k < sources; ++k) sum[i] += g[static_cast<size_t>(k)][i];
+      backend->sgd_update_sum(c, spans, count, p.data(), arenas, m.data());
+      ref.step(c, spans, sum);
+    }
+    for (size_t i : {size_t{0}, size_t{95}, size_t{70016}, nc - 1}) {
+      EXPECT_EQ(p[i], p0[i]) << "parameter " << i << " lies outside the spans";
+      EXPECT_EQ(m[i], 0.0f) << "momentum " << i << " lies outside the spans";
+    }
+    EXPECT_TRUE(all_close(std::vector<float>(p.begin() + 96, p.begin() + 70016),
+                          std::vector<double>(ref.p.begin() + 96, ref.p.begin() + 70016), 1e-5,
+                          1e-6))
+        << "parameters";
+    EXPECT_TRUE(all_close(std::vector<float>(m.begin() + 96, m.begin() + 70016),
+                          std::vector<double>(ref.buf.begin() + 96, ref.buf.begin() + 70016),
+                          1e-5, 1e-6))
+        << "momentum buffer";
+  }
+  std::vector<float> p(nc), g(nc), m(nc);
+  EXPECT_THROW(backend->sgd_update_sum(c, {{70000, 302, true}}, count, p.data(), {g.data()},
+                                       m.data()),
+               Error)
+      << "a span past the end";
+  EXPECT_THROW(backend->sgd_update_sum(c, spans, count, p.data(), {}, m.data()), Error)
+      << "no gradient arena";
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, SgdOpTest, ::testing::ValuesIn(test_devices()),
                          device_param_name);
 

@@ -307,6 +307,13 @@ class Backend {
   //   m = momentum * m + g;  d = nesterov ? g + momentum * m : m;  p -= lr * d
   virtual void sgd_update(const SgdConfig& cfg, const std::vector<ParamSpan>& spans, int64_t count,
                           float* param, const float* grad, float* momentum) = 0;
+  // The same step on part of the arena, with the gradient summed from several arenas of the
+  // same layout: grad[i] = grads[0][i] + grads[1][i] + ..., in that order (Note [Shared
+  // update]). The spans lie inside [0, count) without overlapping and cover only the part to
+  // update. Host memory only: the CPU backend implements it, the others throw.
+  virtual void sgd_update_sum(const SgdConfig& cfg, const std::vector<ParamSpan>& spans,
+                              int64_t count, float* param, const std::vector<const float*>& grads,
+                              float* momentum);
 };
 
 // The registry: the one place that knows which backends were compiled in.

@@ -57,6 +57,11 @@ class Model {
   float* buffer_data() { return buffer_arena_.data<float>(); }
   int64_t batches_tracked() const { return batches_tracked_; }
   void set_batches_tracked(int64_t n) { batches_tracked_ = n; }
+  // Moves the parameter, gradient and momentum arenas into memory the caller owns and keeps
+  // alive while the model is used: param_count() floats each, 64-byte aligned, on the
+  // backend's device (Note [Shared update]). copy_values: copy the current parameters and
+  // momentum there (false: another process has written them). The gradients start at zero.
+  void bind_arenas(float* params, float* grads, float* momentum, bool copy_values);
   // Weight-decay runs of the parameter arena, for Backend::sgd_update.
   std::vector<ParamSpan> decay_spans() const;
 
@@ -79,6 +84,8 @@ class Model {
   std::string summary() const;  // layers, shapes, parameter count
 
  private:
+  void point_param_slots();  // the layers' parameter slots at the current arenas
+
   std::string name_;
   Backend& backend_;
   struct Impl;

@@ -40,6 +40,7 @@ struct TrainOptions {
   // distribution
   double bucket_mb = 25;
   bool no_overlap = false;
+  bool no_shared_update = false;    // CPU: Note [Shared update]
   std::string mpi_progress = "nonblocking";  // nonblocking | thread (Note [Communication thread])
   double comm_timeout = 600;        // seconds (CUDA watchdog)
   // output and checkpoints

@@ -262,6 +262,9 @@ class CpuBackend final : public Backend {
 
   void sgd_update(const SgdConfig& cfg, const std::vector<ParamSpan>& spans, int64_t count,
                   float* param, const float* grad, float* momentum) override;
+  void sgd_update_sum(const SgdConfig& cfg, const std::vector<ParamSpan>& spans, int64_t count,
+                      float* param, const std::vector<const float*>& grads,
+                      float* momentum) override;
 
  private:
   cpu::CpuContext ctx_;
@@ -273,13 +276,39 @@ class CpuBackend final : public Backend {
 //   p -= lr * d.
 // A zero-initialised momentum buffer makes the first step m = g, which is PyTorch's
 // "buf = clone(g)" on its first step. With momentum 0 the buffer may be null: d = g.
-void CpuBackend::sgd_update(const SgdConfig& cfg, const std::vector<ParamSpan>& spans,
-                            int64_t count, float* param, const float* grad, float* momentum) {
+// grad(i) is the element's gradient: one arena's, or the sum of several (sgd_update_sum).
+template <class Grad>
+void sgd_span(const SgdConfig& cfg, const ParamSpan& s, float* param, float* momentum, Grad grad) {
+  const float lr = cfg.lr, mu = cfg.momentum, gs = cfg.grad_scale;
+  const float wd = s.decay ? cfg.weight_decay : 0.0f;
+  const bool nesterov = cfg.nesterov;
+  const int64_t len = s.count, at = s.offset;
+  float* __restrict p = param + at;
+  if (momentum == nullptr) {
+#pragma omp parallel for simd if (len >= kParallelMin)
+    for (int64_t i = 0; i < len; ++i) p[i] -= lr * (gs * grad(at + i) + wd * p[i]);
+    return;
+  }
+  float* __restrict m = momentum + at;
+#pragma omp parallel for simd if (len >= kParallelMin)
+  for (int64_t i = 0; i < len; ++i) {
+    const float g = gs * grad(at + i) + wd * p[i];
+    const float mi = mu * m[i] + g;
+    m[i] = mi;
+    p[i] -= lr * (nesterov ? g + mu * mi : mi);
+  }
+}
+
+void check_sgd_config(const SgdConfig& cfg, const float* momentum) {
   DDPV_CHECK(cfg.momentum >= 0 && cfg.weight_decay >= 0 && cfg.lr >= 0,
              "sgd_update: lr, momentum and weight decay must be >= 0, got lr=", cfg.lr,
              " momentum=", cfg.momentum, " weight_decay=", cfg.weight_decay);
   DDPV_CHECK(momentum != nullptr || cfg.momentum == 0.0f, "sgd_update: momentum ", cfg.momentum,
              " needs a momentum buffer, got null");
+}
+
+// Returns how many parameters the spans cover; throws when one leaves [0, count).
+int64_t check_spans(const std::vector<ParamSpan>& spans, int64_t count) {
   int64_t covered = 0;
   for (const ParamSpan& s : spans) {
     DDPV_CHECK(s.offset >= 0 && s.count >= 0 && s.offset + s.count <= count, "sgd_update: span [",
@@ -287,28 +316,45 @@ void CpuBackend::sgd_update(const SgdConfig& cfg, const std::vector<ParamSpan>& 
                " parameters");
     covered += s.count;
   }
+  return covered;
+}
+
+void CpuBackend::sgd_update(const SgdConfig& cfg, const std::vector<ParamSpan>& spans,
+                            int64_t count, float* param, const float* grad, float* momentum) {
+  check_sgd_config(cfg, momentum);
+  const int64_t covered = check_spans(spans, count);
   DDPV_CHECK(covered == count, "sgd_update: the spans cover ", covered, " of the ", count,
              " parameters; every parameter must lie in exactly one span");
   ctx_.bind_threads();
-  const float lr = cfg.lr, mu = cfg.momentum, gs = cfg.grad_scale;
-  const bool nesterov = cfg.nesterov;
+  for (const ParamSpan& s : spans)
+    sgd_span(cfg, s, param, momentum, [grad](int64_t i) { return grad[i]; });
+}
+
+// Note [Shared update] (src/dist/shared_update.cpp) calls this with one arena per rank of the
+// node. Two, the common case, get a loop of their own; the sum runs in the order given, so
+// every rank that updates a part of the arena forms the same sums.
+void CpuBackend::sgd_update_sum(const SgdConfig& cfg, const std::vector<ParamSpan>& spans,
+                                int64_t count, float* param, const std::vector<const float*>& grads,
+                                float* momentum) {
+  check_sgd_config(cfg, momentum);
+  DDPV_CHECK(!grads.empty(), "sgd_update_sum: no gradient arenas to sum");
+  check_spans(spans, count);
+  ctx_.bind_threads();
+  const float* g0 = grads[0];
+  const size_t n = grads.size();
   for (const ParamSpan& s : spans) {
-    float* __restrict p = param + s.offset;
-    const float* __restrict gr = grad + s.offset;
-    const float wd = s.decay ? cfg.weight_decay : 0.0f;
-    const int64_t len = s.count;
-    if (momentum == nullptr) {
-#pragma omp parallel for simd if (len >= kParallelMin)
-      for (int64_t i = 0; i < len; ++i) p[i] -= lr * (gs * gr[i] + wd * p[i]);
-      continue;
-    }
-    float* __restrict m = momentum + s.offset;
-#pragma omp parallel for simd if (len >= kParallelMin)
-    for (int64_t i = 0; i < len; ++i) {
-      const float g = gs * gr[i] + wd * p[i];
-      const float mi = mu * m[i] + g;
-      m[i] = mi;
-      p[i] -= lr * (nesterov ? g + mu * mi : mi);
+    if (n == 1) {
+      sgd_span(cfg, s, param, momentum, [g0](int64_t i) { return g0[i]; });
+    } else if (n == 2) {
+      const float* g1 = grads[1];
+      sgd_span(cfg, s, param, momentum, [g0, g1](int64_t i) { return g0[i] + g1[i]; });
+    } else {
+      const float* const* g = grads.data();
+      sgd_span(cfg, s, param, momentum, [g, n](int64_t i) {
+        float sum = g[0][i];
+        for (size_t k = 1; k < n; ++k) sum += g[k][i];
+        return sum;
+      });
     }
   }
 }
