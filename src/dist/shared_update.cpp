@@ -174,8 +174,7 @@ std::unique_ptr<SharedUpdate> SharedUpdate::create(const World& world, Model& mo
   std::string err;
   if (s->local_rank == 0) {
     std::random_device rd;
-    std::snprintf(name, sizeof name, "/ddpv-%ld-%08x%08x", static_cast<long>(getpid()), rd(),
-                  rd());
+    std::snprintf(name, sizeof name, "/ddpv-%ld-%08x%08x", static_cast<long>(getpid()), rd(), rd());
     err = map_object(name, bytes, /*create=*/true, &s->shm);
     if (!err.empty()) name[0] = '\0';
   }
@@ -190,10 +189,12 @@ std::unique_ptr<SharedUpdate> SharedUpdate::create(const World& world, Model& mo
   if (!err.empty()) {
     DDPV_WARN("shared update: ", err, "; each rank keeps a copy of the model instead");
   }
-  int64_t failures = failed ? 1 : 0;
-  world.allreduce_sum(&failures, 1);
-  if (failures > 0) {
-    return none(detail::concat("shared memory could not be made on ", failures, " rank(s)"));
+  // [ranks that could not use the memory, ranks that said why]
+  int64_t failures[2] = {failed ? 1 : 0, err.empty() ? 0 : 1};
+  world.allreduce_sum(failures, 2);
+  if (failures[0] > 0) {
+    return none(
+        detail::concat("shared memory failed on ", failures[1], " rank(s), see the warning"));
   }
 
   char* base = s->shm.data();

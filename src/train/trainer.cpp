@@ -128,8 +128,8 @@ void Trainer::Impl::make_update() {
     ro.backend = backend.get();
     reducer = std::make_unique<GradReducer>(BucketPlan(model->params(), o.bucket_mb), *comm,
                                             model->grad_data(), ro);
-    how = comm->name() + (o.reduce_dtype == "bf16" ? " in bf16; " : "; ") +
-          reducer->plan().summary();
+    how =
+        comm->name() + (o.reduce_dtype == "bf16" ? " in bf16; " : "; ") + reducer->plan().summary();
     if (world.size() > 1 && backend->device() == Device::kCpu) how += " (" + why_not + ")";
   }
   if (world.is_root()) {
@@ -187,8 +187,8 @@ void Trainer::Impl::train_step() {
   if (shared) {
     comm_wait += shared->step(sgd);
   } else {
-    backend->sgd_update(sgd, spans, model->param_count(), model->param_data(),
-                        model->grad_data(), model->momentum_data());
+    backend->sgd_update(sgd, spans, model->param_count(), model->param_data(), model->grad_data(),
+                        model->momentum_data());
   }
   ++step;
   ++epoch_step;

@@ -150,22 +150,19 @@ std::string case_name(const ::testing::TestParamInfo<DdpCase>& info) {
          (c.reduce == CommType::kBF16 ? "_Bf16" : "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Lenet, DdpTest,
-                         ::testing::Values(DdpCase{true, 0, 1, MpiProgress::kNonBlocking},
-                                           DdpCase{true, 1, 1, MpiProgress::kNonBlocking},
-                                           DdpCase{true, 25, 1, MpiProgress::kNonBlocking},
-                                           DdpCase{false, 0, 1, MpiProgress::kNonBlocking},
-                                           DdpCase{false, 1, 1, MpiProgress::kThread},
-                                           DdpCase{false, 25, 1, MpiProgress::kNonBlocking},
-                                           DdpCase{true, 1, 2, MpiProgress::kNonBlocking},
-                                           DdpCase{false, 0, 2, MpiProgress::kThread},
-                                           DdpCase{true, 0, 1, MpiProgress::kThread},
-                                           DdpCase{true, 1, 2, MpiProgress::kThread},
-                                           DdpCase{true, 0, 1, MpiProgress::kNonBlocking,
-                                                   CommType::kBF16},
-                                           DdpCase{false, 1, 2, MpiProgress::kThread,
-                                                   CommType::kBF16}),
-                         case_name);
+INSTANTIATE_TEST_SUITE_P(
+    Lenet, DdpTest,
+    ::testing::Values(
+        DdpCase{true, 0, 1, MpiProgress::kNonBlocking},
+        DdpCase{true, 1, 1, MpiProgress::kNonBlocking},
+        DdpCase{true, 25, 1, MpiProgress::kNonBlocking},
+        DdpCase{false, 0, 1, MpiProgress::kNonBlocking}, DdpCase{false, 1, 1, MpiProgress::kThread},
+        DdpCase{false, 25, 1, MpiProgress::kNonBlocking},
+        DdpCase{true, 1, 2, MpiProgress::kNonBlocking}, DdpCase{false, 0, 2, MpiProgress::kThread},
+        DdpCase{true, 0, 1, MpiProgress::kThread}, DdpCase{true, 1, 2, MpiProgress::kThread},
+        DdpCase{true, 0, 1, MpiProgress::kNonBlocking, CommType::kBF16},
+        DdpCase{false, 1, 2, MpiProgress::kThread, CommType::kBF16}),
+    case_name);
 
 // Note [Shared update]: the node's ranks update one shared model. It matches one rank with the
 // global batch; on 2 ranks it equals the allreduce path bit for bit (a sum of two floats has
@@ -214,8 +211,8 @@ TEST(SharedUpdate, MatchesOneRankAndTheAllreducePath) {
     EXPECT_LE(test::max_rel_error(got, reference_params(*backend, w, accum)), 5e-5);
     const std::vector<float> momentum(shared_model->momentum_data(),
                                       shared_model->momentum_data() + shared_model->param_count());
-    const std::vector<float> mpi_momentum(
-        mpi_model->momentum_data(), mpi_model->momentum_data() + mpi_model->param_count());
+    const std::vector<float> mpi_momentum(mpi_model->momentum_data(),
+                                          mpi_model->momentum_data() + mpi_model->param_count());
     if (w == 2) {
       EXPECT_EQ(got, allreduced) << "parameters";
       EXPECT_EQ(momentum, mpi_momentum) << "momentum";

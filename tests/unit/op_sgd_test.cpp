@@ -158,14 +158,14 @@ TEST_P(SgdOpTest, SummedUpdateMatchesTorchSgdOnTheSumAndLeavesTheRestAlone) {
                           1e-6))
         << "parameters";
     EXPECT_TRUE(all_close(std::vector<float>(m.begin() + 96, m.begin() + 70016),
-                          std::vector<double>(ref.buf.begin() + 96, ref.buf.begin() + 70016),
-                          1e-5, 1e-6))
+                          std::vector<double>(ref.buf.begin() + 96, ref.buf.begin() + 70016), 1e-5,
+                          1e-6))
         << "momentum buffer";
   }
   std::vector<float> p(nc), g(nc), m(nc);
-  EXPECT_THROW(backend->sgd_update_sum(c, {{70000, 302, true}}, count, p.data(), {g.data()},
-                                       m.data()),
-               Error)
+  EXPECT_THROW(
+      backend->sgd_update_sum(c, {{70000, 302, true}}, count, p.data(), {g.data()}, m.data()),
+      Error)
       << "a span past the end";
   EXPECT_THROW(backend->sgd_update_sum(c, spans, count, p.data(), {}, m.data()), Error)
       << "no gradient arena";
