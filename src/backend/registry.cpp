@@ -18,12 +18,9 @@ Precision parse_precision(const std::string& name) {
 
 const char* precision_name(Precision p) {
   switch (p) {
-    case Precision::kF32:
-      return "fp32";
-    case Precision::kBF16:
-      return "bf16";
-    case Precision::kF16:
-      return "fp16";
+    case Precision::kF32: return "fp32";
+    case Precision::kBF16: return "bf16";
+    case Precision::kF16: return "fp16";
   }
   return "?";
 }

@@ -40,11 +40,8 @@ std::vector<float> initial_values(const ParamSlot& s, uint64_t key) {
   std::vector<float> v(static_cast<size_t>(s.shape.numel()));
   Rng rng(key);
   switch (s.init) {
-    case Init::kZeros:
-      break;
-    case Init::kOnes:
-      std::fill(v.begin(), v.end(), 1.0f);
-      break;
+    case Init::kZeros: break;
+    case Init::kOnes: std::fill(v.begin(), v.end(), 1.0f); break;
     case Init::kUniformFanIn: {
       const float bound = 1.0f / std::sqrt(static_cast<float>(std::max<int64_t>(s.fan_in, 1)));
       for (auto& x : v) x = (2.0f * rng.uniform() - 1.0f) * bound;
@@ -164,8 +161,8 @@ const Tensor& Model::forward(const Tensor& x, bool training) {
 }
 
 void Model::backward(const Tensor& dlogits, bool accumulate, const GradReadyFn& on_ready) {
-  DDPV_CHECK(impl_->input.defined() && impl_->input.numel() > 0, "model ", name_,
-             ": backward called before forward");
+  DDPV_CHECK(impl_->input.defined() && impl_->input.numel() > 0,
+             "model ", name_, ": backward called before forward");
   DDPV_CHECK(dlogits.shape() == Shape({impl_->input.shape()[0], num_classes_}), "model ", name_,
              ": logit gradient ", dlogits.shape().str(), " does not match the batch");
   impl_->seq.backward(impl_->input, dlogits, nullptr, accumulate, on_ready);
@@ -187,8 +184,8 @@ void Model::set_param(const std::string& name, const std::vector<float>& host) {
     base = buffer_data();
   }
   DDPV_CHECK(e != nullptr, "model ", name_, " has no parameter or buffer named '", name, "'");
-  DDPV_CHECK(static_cast<int64_t>(host.size()) == e->count, "parameter ", name, " has ", e->count,
-             " values ", e->shape.str(), ", got ", host.size());
+  DDPV_CHECK(static_cast<int64_t>(host.size()) == e->count, "parameter ", name, " has ",
+             e->count, " values ", e->shape.str(), ", got ", host.size());
   backend_.copy(base + e->offset, backend_.device(), host.data(), Device::kCpu,
                 host.size() * sizeof(float));
 }
@@ -218,8 +215,8 @@ std::vector<float> Model::get_grad(const std::string& name) {
 
 std::string Model::summary() const {
   std::ostringstream os;
-  os << name_ << " on " << backend_.name() << ", input " << input_.str() << ", " << num_classes_
-     << " classes, " << param_count_ << " parameters\n";
+  os << name_ << " on " << backend_.name() << ", input " << input_.str() << ", "
+     << num_classes_ << " classes, " << param_count_ << " parameters\n";
   for (const auto& l : impl_->seq.layers()) os << "  " << l->describe() << "\n";
   return os.str();
 }

@@ -150,19 +150,22 @@ std::string case_name(const ::testing::TestParamInfo<DdpCase>& info) {
          (c.reduce == CommType::kBF16 ? "_Bf16" : "");
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Lenet, DdpTest,
-    ::testing::Values(
-        DdpCase{true, 0, 1, MpiProgress::kNonBlocking},
-        DdpCase{true, 1, 1, MpiProgress::kNonBlocking},
-        DdpCase{true, 25, 1, MpiProgress::kNonBlocking},
-        DdpCase{false, 0, 1, MpiProgress::kNonBlocking}, DdpCase{false, 1, 1, MpiProgress::kThread},
-        DdpCase{false, 25, 1, MpiProgress::kNonBlocking},
-        DdpCase{true, 1, 2, MpiProgress::kNonBlocking}, DdpCase{false, 0, 2, MpiProgress::kThread},
-        DdpCase{true, 0, 1, MpiProgress::kThread}, DdpCase{true, 1, 2, MpiProgress::kThread},
-        DdpCase{true, 0, 1, MpiProgress::kNonBlocking, CommType::kBF16},
-        DdpCase{false, 1, 2, MpiProgress::kThread, CommType::kBF16}),
-    case_name);
+INSTANTIATE_TEST_SUITE_P(Lenet, DdpTest,
+                         ::testing::Values(DdpCase{true, 0, 1, MpiProgress::kNonBlocking},
+                                           DdpCase{true, 1, 1, MpiProgress::kNonBlocking},
+                                           DdpCase{true, 25, 1, MpiProgress::kNonBlocking},
+                                           DdpCase{false, 0, 1, MpiProgress::kNonBlocking},
+                                           DdpCase{false, 1, 1, MpiProgress::kThread},
+                                           DdpCase{false, 25, 1, MpiProgress::kNonBlocking},
+                                           DdpCase{true, 1, 2, MpiProgress::kNonBlocking},
+                                           DdpCase{false, 0, 2, MpiProgress::kThread},
+                                           DdpCase{true, 0, 1, MpiProgress::kThread},
+                                           DdpCase{true, 1, 2, MpiProgress::kThread},
+                                           DdpCase{true, 0, 1, MpiProgress::kNonBlocking,
+                                                   CommType::kBF16},
+                                           DdpCase{false, 1, 2, MpiProgress::kThread,
+                                                   CommType::kBF16}),
+                         case_name);
 
 // Note [Shared update]: the node's ranks update one shared model. It matches one rank with the
 // global batch; on 2 ranks it equals the allreduce path bit for bit (a sum of two floats has
