@@ -3,7 +3,8 @@
 # own hostname and one veth link into a bridge, stand in for nodes; mpirun starts the remote
 # daemons through a launch agent that enters the namespace (in place of ssh), and MPI talks
 # TCP over the veth links only. Trains a few deterministic lenet steps on HOSTS x 2 ranks and
-# checks that the parameters equal those of the same world size on one host.
+# checks that the parameters equal those of the same world size on one host (both through the
+# shared update: one model per host, slices allreduced across hosts in the multi-host run).
 # Needs root (ip netns). Exit 77 = skipped. The setup is described in docs/cluster.md.
 set -euo pipefail
 
@@ -94,6 +95,9 @@ timeout 300 "$tmp/netns-agent.sh" "$(addr_of 0)" \
   "${train[@]}" --checkpoint-dir "$tmp/multi" --metrics "$tmp/multi.jsonl" \
   >"$tmp/multi.log" 2>&1 || { cat "$tmp/multi.log"; fail "the multi-host run failed"; }
 log "multi host: $world ranks on $hosts hosts done"
+# Each host's ranks share one model and allreduce their slices across hosts (Note [Shared update]).
+grep -q "shared update ($per_host ranks per node x $hosts nodes" "$tmp/multi.log" ||
+  { cat "$tmp/multi.log"; fail "the multi-host run did not take the shared update across nodes"; }
 
 # ---- the check -----------------------------------------------------------------------------
 $py - "$tmp/single" "$tmp/multi" "$world" <<'EOF'

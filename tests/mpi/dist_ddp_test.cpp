@@ -169,8 +169,9 @@ INSTANTIATE_TEST_SUITE_P(Lenet, DdpTest,
 
 // Note [Shared update]: the node's ranks update one shared model. It matches one rank with the
 // global batch; on 2 ranks it equals the allreduce path bit for bit (a sum of two floats has
-// one order), on 4 to rounding (the order of the sum differs from MPI's). Every rank reads the
-// whole updated model, though each updated only its slice.
+// one order); on 4 it is checked to rounding only, since which order MPI's allreduce sums in
+// is the library's choice (pairwise_sum's is that of Open MPI's recursive doubling). Every
+// rank reads the whole updated model, though each updated only its slice.
 TEST(SharedUpdate, MatchesOneRankAndTheAllreducePath) {
   World world;
   auto backend = make_backend(BackendOptions{.threads = 1});

@@ -118,7 +118,7 @@ TEST_P(SgdOpTest, RejectsSpansThatDoNotCoverTheArena) {
 
 // sgd_update_sum (Note [Shared update]) on a part of the arena, with the gradient summed from
 // one, two (the loop of its own) and three arenas: the part matches the reference fed with the
-// summed gradient, and nothing outside the part moves.
+// summed gradient, and nothing outside the part moves. Then the order of its sums.
 TEST_P(SgdOpTest, SummedUpdateMatchesTorchSgdOnTheSumAndLeavesTheRestAlone) {
   DDPV_BACKEND_OR_SKIP(backend, GetParam());
   const int64_t count = 70301;
@@ -161,6 +161,28 @@ TEST_P(SgdOpTest, SummedUpdateMatchesTorchSgdOnTheSumAndLeavesTheRestAlone) {
                           std::vector<double>(ref.buf.begin() + 96, ref.buf.begin() + 70016), 1e-5,
                           1e-6))
         << "momentum buffer";
+  }
+  // The order of the sum (pairwise_sum): four and six arenas give, bit for bit, sgd_update fed
+  // with the gradient summed by hand in that order.
+  for (int sources : {4, 6}) {
+    SCOPED_TRACE(std::to_string(sources) + " gradient arenas, the order of the sum");
+    std::vector<std::vector<float>> g;
+    std::vector<const float*> arenas;
+    for (int k = 0; k < sources; ++k) {
+      g.push_back(random_vector(nc, 500 + k, -2.0f, 2.0f));
+      arenas.push_back(g.back().data());
+    }
+    std::vector<float> sum(nc);
+    for (size_t i = 0; i < nc; ++i) {
+      sum[i] = (g[0][i] + g[1][i]) + (g[2][i] + g[3][i]);
+      if (sources == 6) sum[i] += g[4][i] + g[5][i];
+    }
+    const std::vector<ParamSpan> all{{0, 100, true}, {100, count - 100, false}};
+    std::vector<float> p1 = random_vector(nc, 41), m1(nc, 0.5f), p2 = p1, m2 = m1;
+    backend->sgd_update_sum(c, all, count, p1.data(), arenas, m1.data());
+    backend->sgd_update(c, all, count, p2.data(), sum.data(), m2.data());
+    EXPECT_EQ(p1, p2) << "parameters";
+    EXPECT_EQ(m1, m2) << "momentum";
   }
   std::vector<float> p(nc), g(nc), m(nc);
   EXPECT_THROW(

@@ -331,8 +331,8 @@ void CpuBackend::sgd_update(const SgdConfig& cfg, const std::vector<ParamSpan>& 
 }
 
 // Note [Shared update] (src/dist/shared_update.cpp) calls this with one arena per rank of the
-// node. Two, the common case, get a loop of their own; the sum runs in the order given, so
-// every rank that updates a part of the arena forms the same sums.
+// node. Two, the common case, and four get loops of their own; every count sums in the order
+// of pairwise_sum.
 void CpuBackend::sgd_update_sum(const SgdConfig& cfg, const std::vector<ParamSpan>& spans,
                                 int64_t count, float* param, const std::vector<const float*>& grads,
                                 float* momentum) {
@@ -348,13 +348,13 @@ void CpuBackend::sgd_update_sum(const SgdConfig& cfg, const std::vector<ParamSpa
     } else if (n == 2) {
       const float* g1 = grads[1];
       sgd_span(cfg, s, param, momentum, [g0, g1](int64_t i) { return g0[i] + g1[i]; });
+    } else if (n == 4) {
+      const float *g1 = grads[1], *g2 = grads[2], *g3 = grads[3];
+      sgd_span(cfg, s, param, momentum,
+               [g0, g1, g2, g3](int64_t i) { return (g0[i] + g1[i]) + (g2[i] + g3[i]); });
     } else {
       const float* const* g = grads.data();
-      sgd_span(cfg, s, param, momentum, [g, n](int64_t i) {
-        float sum = g[0][i];
-        for (size_t k = 1; k < n; ++k) sum += g[k][i];
-        return sum;
-      });
+      sgd_span(cfg, s, param, momentum, [g, n](int64_t i) { return pairwise_sum(g, n, i); });
     }
   }
 }
