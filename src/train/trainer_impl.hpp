@@ -69,10 +69,12 @@ struct Trainer::Impl {
   // Batches on the device (Note [Two slots]); the upload streams are null on CPU.
   std::unique_ptr<UploadStream> train_uploads, val_uploads;
   std::unique_ptr<DeviceFeed> train_feed, val_feed;
+  // Note [Shared update]; null where it does not apply. Declared before the model, whose arenas
+  // it may hold, so that it outlives it.
+  std::unique_ptr<SharedUpdate> shared;
   std::unique_ptr<Model> model;
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<GradReducer> reducer;  // null with the shared update
-  std::unique_ptr<SharedUpdate> shared;  // Note [Shared update]; null where it does not apply
   std::unique_ptr<SoftmaxCrossEntropyOp> loss_op;
   std::vector<ParamSpan> spans;
   SgdConfig sgd;
