@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Note [Shared update] end to end (mpirun -np 2, CPU): the shared update's checkpoint equals
 # the allreduce path's (--no-shared-update) bit for bit, parameters and momentum; it leaves
-# nothing in /dev/shm; and where /dev/shm is too small (a 1 MiB tmpfs in a private mount
+# nothing in /dev/shm, even when a rank is killed (and the job ends); and where /dev/shm is too small (a 1 MiB tmpfs in a private mount
 # namespace, when root may make one), every rank warns, keeps a copy of the model and trains
 # to the same checkpoint.
 source "$(dirname "$0")/lib.sh"
@@ -39,6 +39,31 @@ assert names and max(float(np.abs(np.asarray(f["optimizer"][n])).max()) for n in
 PYEOF
 after=$(ls /dev/shm | grep -c '^ddpv-' || true)
 [ "$after" = "$before" ] || fail "shared memory objects left in /dev/shm: $(ls /dev/shm | grep '^ddpv-')"
+
+# A rank killed in the middle of training (a node failure): the job ends, non-zero, well
+# within 30 s; no rank hangs in the node's barrier and nothing is left in /dev/shm.
+long=(--synthetic --synthetic-size 100000 --model lenet --device cpu --threads 1 --batch-size 16
+      --epochs 50 --val-split none --no-progress)
+mpirun_np 2 "$BIN/ddpv-train" "${long[@]}" >"$WORK/kill.log" 2>&1 &
+job=$!
+for _ in $(seq 300); do
+  grep -q "shared update (2 ranks per node" "$WORK/kill.log" && break
+  sleep 0.1
+done
+grep -q "shared update (2 ranks per node" "$WORK/kill.log" ||
+  { cat "$WORK/kill.log"; fail "the long run did not start with the shared update"; }
+sleep 1  # into the steps
+victim=$(pgrep -f -- "ddpv-train .*--synthetic-size 100000" | tail -1)
+[ -n "$victim" ] || fail "no rank of the long run to kill"
+kill -9 "$victim"
+for _ in $(seq 300); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$job" 2>/dev/null; then fail "the job still runs 30 s after a rank was killed"; fi
+rc=0
+wait "$job" || rc=$?
+[ "$rc" -ne 0 ] || fail "the job exited 0 after a rank was killed"
+[ -z "$(pgrep -f -- "ddpv-train .*--synthetic-size 100000")" ] || fail "a rank outlived the job"
+after=$(ls /dev/shm | grep -c '^ddpv-' || true)
+[ "$after" = "$before" ] || fail "a killed run left shared memory in /dev/shm: $(ls /dev/shm | grep '^ddpv-')"
 
 if [ "$(id -u)" -eq 0 ] && command -v unshare >/dev/null &&
    unshare -m --propagation private sh -c 'mount -t tmpfs -o size=1m tmpfs /dev/shm' 2>/dev/null; then
