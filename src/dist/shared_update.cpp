@@ -124,8 +124,9 @@ struct SharedUpdate::Impl {
   float* params = nullptr;
   float* momentum = nullptr;
   float* own_grad = nullptr;
-  std::vector<const float*> grads;  // every local rank's gradient arena, in local rank order
-  std::vector<ParamSpan> spans;     // the weight-decay runs within [begin, end)
+  std::vector<const float*> grads;   // every local rank's gradient arena, in local rank order
+  std::vector<const float*> summed;  // across nodes: {own_grad}, which holds the slice's sum
+  std::vector<ParamSpan> spans;      // the weight-decay runs within [begin, end)
 
   ~Impl() {
     if (cross != MPI_COMM_NULL) MPI_Comm_free(&cross);
@@ -205,6 +206,7 @@ std::unique_ptr<SharedUpdate> SharedUpdate::create(const World& world, Model& mo
   for (int l = 0; l < s->local_size; ++l)
     s->grads.push_back(reinterpret_cast<const float*>(base + (2 + static_cast<size_t>(l)) * arena));
   s->own_grad = reinterpret_cast<float*>(base + (2 + static_cast<size_t>(s->local_rank)) * arena);
+  s->summed = {s->own_grad};
   model.bind_arenas(s->params, s->own_grad, s->momentum, /*copy_values=*/s->local_rank == 0);
   s->barrier();  // local rank 0's copy is in place before any rank reads a parameter
 
@@ -237,7 +239,7 @@ double SharedUpdate::step(const SgdConfig& cfg) {
     DDPV_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, s.own_grad + s.begin,
                                  static_cast<int>(s.end - s.begin), MPI_FLOAT, MPI_SUM, s.cross));
     waited += seconds_since(t);
-    s.backend->sgd_update_sum(cfg, s.spans, s.count, s.params, {s.own_grad}, s.momentum);
+    s.backend->sgd_update_sum(cfg, s.spans, s.count, s.params, s.summed, s.momentum);
   }
   t = std::chrono::steady_clock::now();
   s.barrier();  // every slice is updated before any rank's next forward
