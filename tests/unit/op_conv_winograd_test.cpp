@@ -295,8 +295,8 @@ TEST(ConvOpWinograd, GemmsMatchNaiveProducts) {
   }
 }
 
-// kAuto takes Winograd where it was measured faster (5x5, 16 channels or more, stride 1) and
-// the direct kernels elsewhere; kDirect never takes it.
+// kAuto takes Winograd where it was measured faster (3x3 and 5x5, 16 channels or more, stride
+// 1) and the direct kernels elsewhere; kDirect never takes it.
 TEST(ConvOpWinograd, AutoPicksPerLayer) {
   BackendOptions o;
   o.threads = 1;
@@ -319,6 +319,11 @@ TEST(ConvOpWinograd, AutoPicksPerLayer) {
   EXPECT_EQ(conv(*direct, ConvCase{64, 1, 32, 28, 28, 5, 1, 2, true}), "direct");
   EXPECT_EQ(conv(*autob, ConvCase{64, 32, 64, 14, 14, 5, 2, 2, true}), "direct");  // stride 2
   EXPECT_EQ(conv(*autob, ConvCase{64, 32, 32, 16, 16, 1, 1, 0, true}), "direct");  // 1x1
+  const ConvCase resnet20_stage1{64, 16, 16, 32, 32, 3, 1, 1, false};
+  EXPECT_EQ(conv(*autob, resnet20_stage1), "winograd F(4x4,3x3)");
+  EXPECT_EQ(conv(*direct, resnet20_stage1), "direct");
+  EXPECT_EQ(conv(*autob, ConvCase{64, 8, 16, 32, 32, 3, 1, 1, false}), "direct");  // 8 channels
+  EXPECT_EQ(conv(*autob, ConvCase{64, 16, 32, 32, 32, 3, 2, 1, false}), "direct");  // stride 2
 }
 
 }  // namespace

@@ -163,11 +163,11 @@ int winograd_tile(ConvAlgorithm algorithm, const Conv2dConfig& c) {
   // Outputs of 2 x 2 or less waste most of a 4 x 4 tile.
   const int m = std::min(c.out_h(), c.out_w()) <= 2 ? 2 : 4;
   if (algorithm == ConvAlgorithm::kWinograd) return m;
-  // kAuto: where it was measured faster (docs/performance.md, "Winograd convolution").
-  const int narrowest = std::min(c.in_channels, c.out_channels);
-  if (c.kernel == 5 && narrowest >= 16) return m;
-  if (c.kernel == 3 && narrowest >= 32) return m;
-  return 0;
+  // kAuto: where it was measured faster (docs/performance.md, "Winograd convolution"): 16
+  // channels and more. resnet20's stage 1 (16 -> 16, 3x3 on 32x32) joined once the transforms
+  // had their prefetches and shared columns: conv_bench 1.41x over oneDNN's direct kernels,
+  // where the first transforms gave 0.98x-1.04x.
+  return std::min(c.in_channels, c.out_channels) >= 16 ? m : 0;
 }
 
 namespace {
