@@ -9,12 +9,12 @@
 
 #include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <random>
 #include <utility>
 
+#include "ddpv/core/clock.hpp"
 #include "ddpv/core/log.hpp"
 #include "ddpv/nn/model.hpp"
 #include "dist/mpi_check.hpp"
@@ -106,10 +106,6 @@ std::string map_object(const char* name, size_t bytes, bool create, Mapping* out
   close(fd);
   if (create && !err.empty()) shm_unlink(name);
   return err;
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
 }  // namespace
@@ -225,7 +221,7 @@ std::unique_ptr<SharedUpdate> SharedUpdate::create(const World& world, Model& mo
 
 double SharedUpdate::step(const SgdConfig& cfg) {
   Impl& s = *impl_;
-  auto t = std::chrono::steady_clock::now();
+  auto t = Clock::now();
   s.barrier();  // every local gradient arena is final
   double waited = seconds_since(t);
   if (s.nodes == 1) {
@@ -235,13 +231,13 @@ double SharedUpdate::step(const SgdConfig& cfg) {
     // slice there, and reads only its slice of the others), then across the nodes.
     for (int64_t i = s.begin; i < s.end; ++i)
       s.own_grad[i] = pairwise_sum(s.grads.data(), s.grads.size(), i);
-    t = std::chrono::steady_clock::now();
+    t = Clock::now();
     DDPV_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, s.own_grad + s.begin,
                                  static_cast<int>(s.end - s.begin), MPI_FLOAT, MPI_SUM, s.cross));
     waited += seconds_since(t);
     s.backend->sgd_update_sum(cfg, s.spans, s.count, s.params, s.summed, s.momentum);
   }
-  t = std::chrono::steady_clock::now();
+  t = Clock::now();
   s.barrier();  // every slice is updated before any rank's next forward
   return waited + seconds_since(t);
 }

@@ -2,11 +2,11 @@
 // and trainer_state.cpp (evaluation, checkpoints, resume, reporting).
 #pragma once
 
-#include <chrono>
 #include <memory>
 #include <optional>
 
 #include "ddpv/backend/backend.hpp"
+#include "ddpv/core/clock.hpp"
 #include "ddpv/data/image_store.hpp"
 #include "ddpv/dist/communicator.hpp"
 #include "ddpv/dist/grad_reducer.hpp"
@@ -21,11 +21,6 @@
 #include "train/device_feed.hpp"
 
 namespace ddpv {
-
-using Clock = std::chrono::steady_clock;
-inline double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 // Sums over all ranks of one stretch of training steps.
 struct StepTotals {
