@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Note [Shared update] end to end (mpirun -np 2, CPU): the shared update's checkpoint equals
 # the allreduce path's (--no-shared-update) bit for bit, parameters and momentum; it leaves
-# nothing in /dev/shm, even when a rank is killed (and the job ends); and where /dev/shm is too small (a 1 MiB tmpfs in a private mount
-# namespace, when root may make one), every rank warns, keeps a copy of the model and trains
-# to the same checkpoint.
+# nothing in /dev/shm, even when a rank is killed (and the job ends); and where /dev/shm is too
+# small (a 1 MiB tmpfs in a private mount namespace, when root may make one), every rank warns,
+# keeps a copy of the model and trains to the same checkpoint.
 source "$(dirname "$0")/lib.sh"
 common=(--synthetic --synthetic-size 512 --model lenet --device cpu --threads 1 --batch-size 16
         --max-steps 12 --deterministic --seed 5 --lr 0.05 --momentum 0.9 --weight-decay 5e-4
@@ -53,7 +53,9 @@ done
 grep -q "shared update (2 ranks per node" "$WORK/kill.log" ||
   { cat "$WORK/kill.log"; fail "the long run did not start with the shared update"; }
 sleep 1  # into the steps
-victim=$(pgrep -f -- "ddpv-train .*--synthetic-size 100000" | tail -1)
+# The ranks' own command lines (mpirun's names ddpv-train and its arguments too).
+ranks='^[^ ]*/ddpv-train .*--synthetic-size 100000'
+victim=$(pgrep -f -- "$ranks" | tail -1)
 [ -n "$victim" ] || fail "no rank of the long run to kill"
 kill -9 "$victim"
 for _ in $(seq 300); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
@@ -61,7 +63,7 @@ if kill -0 "$job" 2>/dev/null; then fail "the job still runs 30 s after a rank w
 rc=0
 wait "$job" || rc=$?
 [ "$rc" -ne 0 ] || fail "the job exited 0 after a rank was killed"
-[ -z "$(pgrep -f -- "ddpv-train .*--synthetic-size 100000")" ] || fail "a rank outlived the job"
+[ -z "$(pgrep -f -- "$ranks")" ] || fail "a rank outlived the job"
 after=$(ls /dev/shm | grep -c '^ddpv-' || true)
 [ "$after" = "$before" ] || fail "a killed run left shared memory in /dev/shm: $(ls /dev/shm | grep '^ddpv-')"
 
