@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make bench`: ddpvision against PyTorch DDP (bench/peer/torch_ddp.py) on this machine, in one
-# run: synthetic training throughput of lenet and resnet20 at 1 and 2 ranks x 1 thread, the
+# run: synthetic training throughput of lenet and resnet20 at 1 and 2 ranks x 1 thread (and
+# of two independent 1-rank runs at once: the machine's ceiling for scaling), the
 # sgemm peak for the roofline, and the wall time to 91% test accuracy on Fashion-MNIST.
 # Ours and PyTorch's alternate, ROUNDS times; bench/peer/report.py prints medians and ratios
 # and writes bench/results/latest.md and latest.png. Method: docs/performance.md.
@@ -102,6 +103,21 @@ ours_synthetic() {  # model ranks round
     --lr $SYN_LR --lr-schedule constant --max-steps $((w + t)) --log-every "$w" \
     --metrics "$RAW/ours-$m-w$np-r$r.jsonl"
 }
+# The machine's own ceiling for two processes: two independent 1-rank runs at once, no
+# communication at all (the scaling row's reference, measured in the same run). They run 3x
+# the timed steps, and the report takes the middle half of each one's records, which both
+# cover whatever the few tenths of a second between their starts.
+ours_pair() {  # model round
+  local m=$1 r=$2 w=${WARMUP[$1]} t=${TIMED[$1]} k pids=() rc=0
+  for k in a b; do
+    logged "ours-$m-pair-r$r-$k" run_ours 1 --synthetic --model "$m" --batch-size $BATCH \
+      --lr $SYN_LR --lr-schedule constant --max-steps $((w + 3 * t)) --log-every "$w" \
+      --metrics "$RAW/ours-$m-pair-r$r-$k.jsonl" &
+    pids+=($!)
+  done
+  for k in "${pids[@]}"; do wait "$k" || rc=1; done  # both end (finite runs) before any exit
+  [ $rc = 0 ] || exit 1
+}
 torch_synthetic() {  # model ranks round
   local m=$1 np=$2 r=$3 formats=nchw,channels_last
   [ $((r % 2)) = 0 ] && formats=channels_last,nchw  # neither format always goes first
@@ -125,6 +141,8 @@ for r in $(seq 1 "$ROUNDS"); do
       fi
       echo "   $m x$np done"
     done
+    ours_pair $m "$r"
+    echo "   $m: two independent 1-rank runs done"
   done
 done
 

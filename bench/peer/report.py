@@ -3,6 +3,7 @@
 the raw results that scripts/bench.sh leaves in one directory:
 
     ours-{model}-w{ranks}-r{round}.jsonl   ddpv-train --metrics of a synthetic run
+    ours-{model}-pair-r{round}-{a,b}.jsonl two independent 1-rank runs at once (optional)
     torch-{model}-w{ranks}-r{round}.json   bench/peer/torch_ddp.py of the same configuration
     sgemm-t{threads}-r{round}.log          model_bench --sgemm-only
     ours-fmnist.jsonl, torch-fmnist.json   the time-to-accuracy runs (optional)
@@ -30,6 +31,16 @@ def ours_images_per_s(path):
     """images/s over the timed steps: every step record after the first (the warm-up stretch).
     Records cover equal numbers of steps, so the pooled rate is their harmonic mean."""
     rates = [r["images_per_s"] for r in read_jsonl(path) if r.get("event") == "step"][1:]
+    if not rates or any(not x for x in rates):
+        raise ValueError(f"{path}: no timed step records (a failed run?)")
+    return len(rates) / sum(1.0 / x for x in rates)
+
+
+def pair_images_per_s(path):
+    """images/s of one of two runs started together: the middle half of its timed records, which
+    both runs cover whatever the delay between their starts (pooled like ours_images_per_s)."""
+    rates = [r["images_per_s"] for r in read_jsonl(path) if r.get("event") == "step"][1:]
+    rates = rates[len(rates) // 4:len(rates) - len(rates) // 4]
     if not rates or any(not x for x in rates):
         raise ValueError(f"{path}: no timed step records (a failed run?)")
     return len(rates) / sum(1.0 / x for x in rates)
@@ -75,6 +86,15 @@ def collect(raw):
                 for f, v in p["formats"].items():
                     fmts.setdefault(f, []).append(v["images_per_s"])
             res["torch_fmt"][(m, w)] = fmts
+    # Per round: the two independent runs' images/s added (rounds where both ran).
+    res["pair"] = {}
+    for m in ("lenet", "resnet20"):
+        sums = []
+        for a in sorted(glob.glob(f"{raw}/ours-{m}-pair-r*-a.jsonl")):
+            b = a[:-len("a.jsonl")] + "b.jsonl"
+            if os.path.exists(b):
+                sums.append(pair_images_per_s(a) + pair_images_per_s(b))
+        res["pair"][m] = sums
     blas = {json.load(open(p)).get("blas", "unknown") for p in glob.glob(f"{raw}/torch-*.json")}
     res["blas"] = ", ".join(sorted(blas))
     res["sgemm1"] = [sgemm(p) for p in sorted(glob.glob(f"{raw}/sgemm-t1-r*.log"))]
@@ -127,6 +147,13 @@ def build_table(res, meta):
         st = statistics.median(res["torch"][(m, 2)]) / statistics.median(res["torch"][(m, 1)])
         rows.append([f"{m} scaling 1 -> 2 ranks", f"{so:.2f}x", f"{st:.2f}x", f"{so / st:.2f}x",
                      ">= 1.95x (ours)", "yes" if so >= 1.95 else "no"])
+        if res["pair"][m]:  # what the machine allows two processes that never communicate
+            pair = statistics.median(res["pair"][m])
+            ceiling = pair / statistics.median(res["ours"][(m, 1)])
+            share = 100 * statistics.median(res["ours"][(m, 2)]) / pair
+            rows.append([f"{m} ceiling: two independent 1-rank runs at once / 1 rank",
+                         f"{ceiling:.2f}x (2 ranks reach {share:.0f}% of the pair)", "", "", "",
+                         ""])
     peak1 = statistics.median(res["sgemm1"])
     peak = 2 * peak1
     g = GFLOP_PER_IMAGE["resnet20"]
@@ -196,6 +223,11 @@ def markdown(rows, res, peak1, peak, ours_tta, theirs_tta, meta):
                f"is 2 x that = {peak:.1f} GFLOP/s; a 2-thread "
                f"sgemm gave {statistics.median(res['sgemm2']):.1f} GFLOP/s. resnet20 training is "
                "counted as 0.245 GFLOP per image.\n")
+    if any(res["pair"].values()):
+        out.append("Ceiling rows: two 1-rank runs of ours started together, which never "
+                   "communicate; the middle half of each one's timed steps, their images/s "
+                   "added (median over rounds), over the 1-rank median: what this machine "
+                   "gives two processes at once, the reference for the scaling rows.\n")
     out.append("PyTorch by memory format (images/s, median):\n")
     out.append("| configuration | NCHW | channels_last |")
     out.append("|---|---|---|")
