@@ -170,7 +170,14 @@ void Trainer::Impl::train_step() {
     ensure_tensor(dlogits, logits.shape(), *backend);
     loss_op->backward(n, y.data<int32_t>(), dlogits.data<float>(), 1.0f / static_cast<float>(n));
     if (reducer) reducer->set_sync(k == o.accum_steps - 1);
-    model->backward(dlogits, /*accumulate=*/k > 0, reducer ? reducer->ready_fn() : GradReadyFn());
+    // The shared update hears of final gradients in the last backward of the step only.
+    GradReadyFn ready;
+    if (reducer) {
+      ready = reducer->ready_fn();
+    } else if (shared && k == o.accum_steps - 1) {
+      ready = shared->ready_fn();
+    }
+    model->backward(dlogits, /*accumulate=*/k > 0, ready);
     const auto t_next = Clock::now();
     train_feed->done();  // the next batch uploads while this backward runs (Note [Two slots])
     data_wait += seconds_since(t_next);

@@ -4,7 +4,11 @@
 // rounding); replicas stay bit-identical. So does the shared update of a node's ranks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "ddpv/core/rng.hpp"
@@ -171,14 +175,18 @@ INSTANTIATE_TEST_SUITE_P(Lenet, DdpTest,
 // global batch; on 2 ranks it equals the allreduce path bit for bit (a sum of two floats has
 // one order); on 4 it is checked to rounding only, since which order MPI's allreduce sums in
 // is the library's choice (pairwise_sum's is that of Open MPI's recursive doubling). Every
-// rank reads the whole updated model, though each updated only its slice.
+// rank reads the whole updated model, though each updated only part of it.
+// With skew, the last rank reports its final gradients (ready_fn) and then stops for 200 ms
+// in every step's last backward, once its classifier's gradients are final and before it
+// reports conv2's (Note [Updating while others finish]): the other ranks must update every
+// chunk that lies wholly within the classifier meanwhile, and the result must not change.
 TEST(SharedUpdate, MatchesOneRankAndTheAllreducePath) {
   World world;
   auto backend = make_backend(BackendOptions{.threads = 1});
   const int w = world.size(), r = world.rank();
   auto comm = make_mpi_communicator(world);
-  for (int accum : {1, 2}) {
-    SCOPED_TRACE("accum " + std::to_string(accum));
+  for (auto [accum, skew] : {std::pair{1, false}, {2, false}, {1, true}, {2, true}}) {
+    SCOPED_TRACE("accum " + std::to_string(accum) + (skew ? ", skew" : ""));
     auto shared_model = make_model("lenet", *backend, kInput, kClasses);
     auto mpi_model = make_model("lenet", *backend, kInput, kClasses);
     for (Model* m : {shared_model.get(), mpi_model.get()}) {
@@ -194,18 +202,40 @@ TEST(SharedUpdate, MatchesOneRankAndTheAllreducePath) {
     cfg.momentum = 0.9f;
     cfg.weight_decay = 1e-4f;
     cfg.grad_scale = 1.0f / static_cast<float>(w * accum);
+    // The end of lenet's classifier in the arena (Note [Reverse layer order]: it comes first).
+    int64_t classifier_end = 0;
+    for (const ArenaEntry& e : shared_model->params())
+      if (e.name.starts_with("fc")) classifier_end = std::max(classifier_end, e.offset + e.count);
+    const GradReadyFn report = shared->ready_fn();
+    const auto& entries = shared_model->params();
+    bool paused = false;
+    GradReadyFn late = [&](int index) {
+      if (!paused && entries[static_cast<size_t>(index)].name.starts_with("conv2")) {
+        paused = true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      }
+      report(index);
+    };
     for (int s = 0; s < kSteps; ++s) {
       const StepData d = step_data(s, w * kBatch * accum);
+      paused = false;
+      auto images = [&](int k) {
+        return d.images.data() + static_cast<size_t>((k * w + r) * kBatch) * 784;
+      };
+      auto labels = [&](int k) { return d.labels.data() + (k * w + r) * kBatch; };
+      // The shared model's step first: no collective of the other model may sit between a
+      // rank's backward and its step, or the early ranks would wait there, not in the step.
       for (int k = 0; k < accum; ++k) {
-        const int first = (k * w + r) * kBatch;
-        const float* images = d.images.data() + static_cast<size_t>(first) * 784;
-        forward_backward(*shared_model, images, d.labels.data() + first, kBatch, k > 0, {});
-        reducer.set_sync(k == accum - 1);
-        forward_backward(*mpi_model, images, d.labels.data() + first, kBatch, k > 0,
-                         reducer.ready_fn());
-        reducer.wait();
+        GradReadyFn ready;
+        if (skew && k == accum - 1) ready = r == w - 1 ? late : report;
+        forward_backward(*shared_model, images(k), labels(k), kBatch, k > 0, ready);
       }
       shared->step(cfg);
+      for (int k = 0; k < accum; ++k) {
+        reducer.set_sync(k == accum - 1);
+        forward_backward(*mpi_model, images(k), labels(k), kBatch, k > 0, reducer.ready_fn());
+        reducer.wait();
+      }
       sgd_step(*mpi_model, cfg.grad_scale);
     }
     auto arena = [](Model& m) {
@@ -227,6 +257,16 @@ TEST(SharedUpdate, MatchesOneRankAndTheAllreducePath) {
     h[1] = -h[0];
     world.allreduce_max(h, 2);
     EXPECT_EQ(h[0], -h[1]) << "ranks see different parameters";
+    if (skew) {
+      int64_t early[2] = {shared->early_chunks(), r == w - 1 ? shared->early_chunks() : 0};
+      world.allreduce_sum(early, 2);
+      const int64_t chunks = (shared_model->param_count() + SharedUpdate::kChunkFloats - 1) /
+                             SharedUpdate::kChunkFloats;
+      EXPECT_GE(early[0], kSteps * (classifier_end / SharedUpdate::kChunkFloats))
+          << "chunks updated while the last rank was paused in its backward";
+      EXPECT_LE(early[0], kSteps * (chunks - 1)) << "the last chunk needs every rank's backward";
+      EXPECT_EQ(early[1], 0) << "the paused rank cannot update while it is paused";
+    }
   }
 }
 

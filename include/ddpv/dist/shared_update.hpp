@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ddpv/backend/backend.hpp"
+#include "ddpv/nn/model.hpp"
 
 namespace ddpv {
 
@@ -34,12 +35,24 @@ class SharedUpdate {
   // waiting for other ranks and, across nodes, for the network.
   double step(const SgdConfig& cfg);
 
+  // For the last backward before a step (not the earlier ones of gradient accumulation): tells
+  // the other ranks of the node which gradients are final, so that they can update those
+  // parameters while this rank's backward goes on (Note [Updating while others finish]).
+  // Empty across nodes. Valid while the update lives.
+  GradReadyFn ready_fn();
+  // The update's unit of work, in floats of the arena (Note [Updating while others finish]).
+  static constexpr int64_t kChunkFloats = 16384;
+  // The chunks of the arena this rank has updated while another rank's backward was still
+  // writing gradients (Note [Updating while others finish]).
+  int64_t early_chunks() const;
+
   std::string summary() const;  // "shared update: 2 ranks per node x 1 node, ..."
 
   struct Impl;
 
  private:
   explicit SharedUpdate(std::unique_ptr<Impl> impl);
+  double step_one_node(const SgdConfig& cfg);
   std::unique_ptr<Impl> impl_;
 };
 
