@@ -176,10 +176,11 @@ INSTANTIATE_TEST_SUITE_P(Lenet, DdpTest,
 // one order); on 4 it is checked to rounding only, since which order MPI's allreduce sums in
 // is the library's choice (pairwise_sum's is that of Open MPI's recursive doubling). Every
 // rank reads the whole updated model, though each updated only part of it.
-// With skew, the last rank reports its final gradients (ready_fn) and then stops for 200 ms
-// in every step's last backward, once its classifier's gradients are final and before it
-// reports conv2's (Note [Updating while others finish]): the other ranks must update every
-// chunk that lies wholly within the classifier meanwhile, and the result must not change.
+// With skew, every rank reports its final gradients during backward (ready_fn), and the last
+// rank stops for 200 ms in every step's last backward, once its classifier's gradients are
+// final and before it reports conv2's (Note [Updating while others finish]): the other ranks
+// must update every chunk that lies wholly within the classifier meanwhile, and the result
+// must not change.
 TEST(SharedUpdate, MatchesOneRankAndTheAllreducePath) {
   World world;
   auto backend = make_backend(BackendOptions{.threads = 1});
