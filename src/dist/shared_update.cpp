@@ -99,6 +99,18 @@ void relax(unsigned* spins) {
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
+// The parts of the weight-decay runs that lie in [begin, end).
+std::vector<ParamSpan> spans_within(const std::vector<ParamSpan>& spans, int64_t begin,
+                                    int64_t end) {
+  std::vector<ParamSpan> out;
+  for (const ParamSpan& span : spans) {
+    const int64_t b = std::max(span.offset, begin);
+    const int64_t e = std::min(span.offset + span.count, end);
+    if (b < e) out.push_back({b, e - b, span.decay});
+  }
+  return out;
+}
+
 std::string mib(size_t bytes) {
   char text[32];
   std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
@@ -287,19 +299,13 @@ std::unique_ptr<SharedUpdate> SharedUpdate::create(const World& world, Model& mo
   };
   s->begin = edge(s->local_rank);
   s->end = edge(s->local_rank + 1);
-  for (const ParamSpan& span : model.decay_spans()) {
-    const int64_t b = std::max(span.offset, s->begin);
-    const int64_t e = std::min(span.offset + span.count, s->end);
-    if (b < e) s->spans.push_back({b, e - b, span.decay});
-  }
+  const std::vector<ParamSpan> decay = model.decay_spans();
+  s->spans = spans_within(decay, s->begin, s->end);
   if (s->nodes == 1) {
     s->chunk_spans.resize(static_cast<size_t>((s->count + kChunkFloats - 1) / kChunkFloats));
     for (int64_t j = 0; j < s->chunks(); ++j)
-      for (const ParamSpan& span : model.decay_spans()) {
-        const int64_t b = std::max(span.offset, j * kChunkFloats);
-        const int64_t e = std::min(span.offset + span.count, s->chunk_end(j));
-        if (b < e) s->chunk_spans[static_cast<size_t>(j)].push_back({b, e - b, span.decay});
-      }
+      s->chunk_spans[static_cast<size_t>(j)] =
+          spans_within(decay, j * kChunkFloats, s->chunk_end(j));
     s->entries = model.params();
     s->final_entry.assign(s->entries.size(), 0);
   }
