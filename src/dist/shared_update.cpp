@@ -180,29 +180,31 @@ struct SharedUpdate::Impl {
   std::vector<const float*> summed;  // across nodes: {own_grad}, which holds the slice's sum
   std::vector<ParamSpan> spans;      // the weight-decay runs within [begin, end)
   // One node (Note [Updating while others finish]): the control block, the chunks' weight-
-  // decay runs, this rank's step and how far its gradients are final (the arena's entries,
-  // which become final in order, and the first not yet final), and its early chunks.
+  // decay runs, this rank's step and how far its gradients are final (where each arena entry
+  // ends, which entries backward has reported, and the first entry of the arena not yet
+  // reported), and its early chunks.
   int64_t* control = nullptr;
   std::vector<std::vector<ParamSpan>> chunk_spans;
-  std::vector<ArenaEntry> entries;
+  std::vector<int64_t> entry_end;
   std::vector<char> final_entry;
   size_t next_entry = 0;
   int64_t step_no = 0, early = 0;
 
   int64_t chunks() const { return static_cast<int64_t>(chunk_spans.size()); }
   int64_t chunk_end(int64_t j) const { return std::min(count, (j + 1) * kChunkFloats); }
-  // Reports that this rank's gradients are final in [0, end) for the current step.
-  void report(int64_t end) {
-    word(control, kReportWord + kWordStride * static_cast<size_t>(local_rank))
-        .store(step_no * (count + 1) + end, std::memory_order_release);
+  // Local rank l's report: its step and how far its gradients are final, in one word.
+  std::atomic_ref<int64_t> report_of(int l) const {
+    return word(control, kReportWord + kWordStride * static_cast<size_t>(l));
+  }
+  // Reports that this rank's gradients are final in [0, upto) for the current step.
+  void report(int64_t upto) {
+    report_of(local_rank).store(step_no * (count + 1) + upto, std::memory_order_release);
   }
   // How far every local rank's gradients are final in the current step.
   int64_t final_everywhere() const {
     int64_t least = count;
     for (int l = 0; l < local_size && least > 0; ++l) {
-      const int64_t r = word(control, kReportWord + kWordStride * static_cast<size_t>(l))
-                            .load(std::memory_order_acquire) -
-                        step_no * (count + 1);
+      const int64_t r = report_of(l).load(std::memory_order_acquire) - step_no * (count + 1);
       least = std::min(least, std::max<int64_t>(r, 0));  // behind: a report of an older step
     }
     return least;
@@ -306,8 +308,8 @@ std::unique_ptr<SharedUpdate> SharedUpdate::create(const World& world, Model& mo
     for (int64_t j = 0; j < s->chunks(); ++j)
       s->chunk_spans[static_cast<size_t>(j)] =
           spans_within(decay, j * kChunkFloats, s->chunk_end(j));
-    s->entries = model.params();
-    s->final_entry.assign(s->entries.size(), 0);
+    for (const ArenaEntry& e : model.params()) s->entry_end.push_back(e.offset + e.count);
+    s->final_entry.assign(s->entry_end.size(), 0);
   }
   return std::unique_ptr<SharedUpdate>(new SharedUpdate(std::move(s)));
 }
@@ -318,9 +320,8 @@ GradReadyFn SharedUpdate::ready_fn() {
   return [&s](int index) {
     s.final_entry[static_cast<size_t>(index)] = 1;
     if (static_cast<size_t>(index) != s.next_entry) return;  // the prefix did not grow
-    while (s.next_entry < s.entries.size() && s.final_entry[s.next_entry]) ++s.next_entry;
-    const ArenaEntry& last = s.entries[s.next_entry - 1];
-    s.report(last.offset + last.count);
+    while (s.next_entry < s.entry_end.size() && s.final_entry[s.next_entry]) ++s.next_entry;
+    s.report(s.entry_end[s.next_entry - 1]);
   };
 }
 
