@@ -27,20 +27,14 @@ DOC_START = "<!-- bench:table:start (scripts/bench.sh UPDATE_DOCS=1 writes this 
 DOC_END = "<!-- bench:table:end -->"
 
 
-def ours_images_per_s(path):
+def ours_images_per_s(path, middle_half=False):
     """images/s over the timed steps: every step record after the first (the warm-up stretch).
-    Records cover equal numbers of steps, so the pooled rate is their harmonic mean."""
+    Records cover equal numbers of steps, so the pooled rate is their harmonic mean. With
+    middle_half, only the middle half of those records: for one of two runs started together
+    (the ceiling rows), the part that both runs cover whatever the delay between their starts."""
     rates = [r["images_per_s"] for r in read_jsonl(path) if r.get("event") == "step"][1:]
-    if not rates or any(not x for x in rates):
-        raise ValueError(f"{path}: no timed step records (a failed run?)")
-    return len(rates) / sum(1.0 / x for x in rates)
-
-
-def pair_images_per_s(path):
-    """images/s of one of two runs started together: the middle half of its timed records, which
-    both runs cover whatever the delay between their starts (pooled like ours_images_per_s)."""
-    rates = [r["images_per_s"] for r in read_jsonl(path) if r.get("event") == "step"][1:]
-    rates = rates[len(rates) // 4:len(rates) - len(rates) // 4]
+    if middle_half:
+        rates = rates[len(rates) // 4:len(rates) - len(rates) // 4]
     if not rates or any(not x for x in rates):
         raise ValueError(f"{path}: no timed step records (a failed run?)")
     return len(rates) / sum(1.0 / x for x in rates)
@@ -93,7 +87,8 @@ def collect(raw):
         for a in sorted(glob.glob(f"{raw}/ours-{m}-pair-r*-a.jsonl")):
             b = a[:-len("a.jsonl")] + "b.jsonl"
             if os.path.exists(b):
-                sums.append(pair_images_per_s(a) + pair_images_per_s(b))
+                sums.append(ours_images_per_s(a, middle_half=True) +
+                            ours_images_per_s(b, middle_half=True))
         res["pair"][m] = sums
     blas = {json.load(open(p)).get("blas", "unknown") for p in glob.glob(f"{raw}/torch-*.json")}
     res["blas"] = ", ".join(sorted(blas))
