@@ -15,7 +15,7 @@ ifneq ($(DNNL_ROOT),)
 CMAKE_FLAGS += -Ddnnl_ROOT=$(DNNL_ROOT)
 endif
 
-.PHONY: all deps configure build test test-cluster demo bench install clean
+.PHONY: all deps configure build test test-cluster sanitize demo bench install clean
 
 all: build
 
@@ -40,6 +40,12 @@ test-cluster: build
 	scripts/install-deps.sh --cluster || echo "test-cluster: could not install Slurm/munge; those tests will skip"
 	BUILD_DIR=$(abspath $(BUILD_DIR)) MPIRUN=$(MPIRUN) JOBS=$(JOBS) tests/cluster/run_all.sh
 
+# The tests under AddressSanitizer + UBSan in a build of their own (scripts/sanitize.sh): about
+# 15 minutes on 2 cores, so not part of `make test`.
+sanitize: deps
+	SANITIZE_DIR=$(SANITIZE_DIR) JOBS=$(JOBS) CC=$(CC) CXX=$(CXX) MPICXX=$(MPICXX) MPIRUN=$(MPIRUN) \
+	  scripts/sanitize.sh
+
 demo: build
 	MPIRUN=$(MPIRUN) BUILD_DIR=$(BUILD_DIR) scripts/demo.sh
 
@@ -51,4 +57,4 @@ install: build
 	cmake --install $(BUILD_DIR) --prefix $(PREFIX)
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(SANITIZE_DIR)
