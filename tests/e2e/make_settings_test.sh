@@ -11,9 +11,16 @@ trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
 cp "$SRC/Makefile" "$SRC/Makefile.inc" "$tmp/"
-# configure's cmake line as make would run it, with the environment cleared of the settings
-# and of an outer make's (MAKEFLAGS carries its command line: `make test CXX=...`).
-flags() { (cd "$tmp" && env -u CC -u CXX -u MPICXX -u MAKEFLAGS -u MFLAGS -u MAKELEVEL "$@" make -n configure 2>/dev/null | grep '^cmake '); }
+# flags [NAME=value ...] [-- make arguments]: configure's cmake line as make would run it, with
+# the environment cleared of the settings and of an outer make's (MAKEFLAGS carries its
+# command line: `make test CXX=...`), then given the NAME=values.
+flags() {
+  local envs=()
+  while (($# > 0)) && [[ $1 != -- ]]; do envs+=("$1"); shift; done
+  (($# > 0)) && shift
+  (cd "$tmp" && env -u CC -u CXX -u MPICXX -u MAKEFLAGS -u MFLAGS -u MAKELEVEL "${envs[@]}" \
+    make -n configure "$@" 2>/dev/null | grep '^cmake ')
+}
 
 line=$(flags) || fail "make -n configure printed no cmake line"
 [[ $line == *"-DCMAKE_C_COMPILER=gcc "* && $line == *"-DCMAKE_CXX_COMPILER=g++ "* ]] ||
@@ -31,6 +38,6 @@ line=$(flags CC=env-cc CXX=env-c++)
 [[ $line == *"-DCMAKE_C_COMPILER=env-cc "* && $line == *"-DCMAKE_CXX_COMPILER=env-c++ "* ]] ||
   fail "compilers from the environment were ignored: $line"
 
-line=$(cd "$tmp" && env -u CC -u CXX -u MAKEFLAGS -u MFLAGS -u MAKELEVEL CXX=env-c++ make -n configure CXX=cli-c++ 2>/dev/null | grep '^cmake ')
+line=$(flags CXX=env-c++ -- CXX=cli-c++)
 [[ $line == *"-DCMAKE_CXX_COMPILER=cli-c++ "* ]] || fail "the command line did not win: $line"
 echo "make settings: defaults, Makefile.inc edits, environment and command line all reach cmake"
