@@ -66,14 +66,23 @@ def spread(values):
     return f"{med:.0f} ({min(values):.0f}-{max(values):.0f})", med
 
 
+def round_of(path):
+    return int(re.search(r"-r([0-9]+)\.json", path).group(1))
+
+
 def collect(raw):
-    res = {"ours": {}, "torch": {}, "torch_fmt": {}, "sgemm1": [], "sgemm2": []}
+    res = {"ours": {}, "torch": {}, "torch_fmt": {}, "sgemm1": [], "sgemm2": [],
+           "rounds": {"ours": {}, "torch": {}}}
     for m in ("lenet", "resnet20"):
         for w in (1, 2):
-            ours = [ours_images_per_s(p)
-                    for p in sorted(glob.glob(f"{raw}/ours-{m}-w{w}-r*.jsonl"))]
-            peers = [json.load(open(p)) for p in sorted(glob.glob(f"{raw}/torch-{m}-w{w}-r*.json"))]
-            res["ours"][(m, w)] = ours
+            ours = {round_of(p): ours_images_per_s(p)
+                    for p in glob.glob(f"{raw}/ours-{m}-w{w}-r*.jsonl")}
+            by_r = {round_of(p): json.load(open(p))
+                    for p in glob.glob(f"{raw}/torch-{m}-w{w}-r*.json")}
+            peers = [by_r[r] for r in sorted(by_r)]
+            res["rounds"]["ours"][(m, w)] = ours
+            res["rounds"]["torch"][(m, w)] = {r: p["images_per_s"] for r, p in by_r.items()}
+            res["ours"][(m, w)] = [ours[r] for r in sorted(ours)]
             res["torch"][(m, w)] = [p["images_per_s"] for p in peers]
             fmts = {}
             for p in peers:
@@ -128,6 +137,17 @@ def ratio_row(name, ours_vals, their_vals, target):
     return [name, o_txt, t_txt, f"{ratio:.2f}x", target_txt, met], ratio
 
 
+def by_round(res, side, m):
+    """' (rounds 1.90x, 1.85x)': each round's 2-rank over 1-rank images/s, in round order, for
+    rounds that have both (a run taken minutes from the other moves with the machine; the
+    figure before it, the ratio of the medians, is the one judged)."""
+    one, two = res["rounds"][side][(m, 1)], res["rounds"][side][(m, 2)]
+    both = sorted(set(one) & set(two))
+    if len(both) < 2:
+        return ""
+    return " (rounds " + ", ".join(f"{two[r] / one[r]:.2f}x" for r in both) + ")"
+
+
 def build_table(res, meta):
     rows, chart = [], []
     for m, w, target in (("lenet", 1, 2.5), ("lenet", 2, 2.5), ("resnet20", 1, None),
@@ -140,7 +160,8 @@ def build_table(res, meta):
     for m in ("lenet", "resnet20"):
         so = statistics.median(res["ours"][(m, 2)]) / statistics.median(res["ours"][(m, 1)])
         st = statistics.median(res["torch"][(m, 2)]) / statistics.median(res["torch"][(m, 1)])
-        rows.append([f"{m} scaling 1 -> 2 ranks", f"{so:.2f}x", f"{st:.2f}x", f"{so / st:.2f}x",
+        rows.append([f"{m} scaling 1 -> 2 ranks", f"{so:.2f}x{by_round(res, 'ours', m)}",
+                     f"{st:.2f}x{by_round(res, 'torch', m)}", f"{so / st:.2f}x",
                      ">= 1.95x (ours)", "yes" if so >= 1.95 else "no"])
         if res["pair"][m]:  # what the machine allows two processes that never communicate
             pair = statistics.median(res["pair"][m])
