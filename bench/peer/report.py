@@ -66,26 +66,26 @@ def spread(values):
     return f"{med:.0f} ({min(values):.0f}-{max(values):.0f})", med
 
 
+def median_over_rounds(rounds):
+    return statistics.median(rounds.values())
+
+
 def round_of(path):
     return int(re.search(r"-r([0-9]+)\.json", path).group(1))
 
 
 def collect(raw):
-    res = {"ours": {}, "torch": {}, "torch_fmt": {}, "sgemm1": [], "sgemm2": [],
-           "rounds": {"ours": {}, "torch": {}}}
+    # res["ours"] and res["torch"]: images/s by round, per (model, ranks).
+    res = {"ours": {}, "torch": {}, "torch_fmt": {}, "sgemm1": [], "sgemm2": []}
     for m in ("lenet", "resnet20"):
         for w in (1, 2):
-            ours = {round_of(p): ours_images_per_s(p)
-                    for p in glob.glob(f"{raw}/ours-{m}-w{w}-r*.jsonl")}
-            by_r = {round_of(p): json.load(open(p))
-                    for p in glob.glob(f"{raw}/torch-{m}-w{w}-r*.json")}
-            peers = [by_r[r] for r in sorted(by_r)]
-            res["rounds"]["ours"][(m, w)] = ours
-            res["rounds"]["torch"][(m, w)] = {r: p["images_per_s"] for r, p in by_r.items()}
-            res["ours"][(m, w)] = [ours[r] for r in sorted(ours)]
-            res["torch"][(m, w)] = [p["images_per_s"] for p in peers]
+            res["ours"][(m, w)] = {round_of(p): ours_images_per_s(p)
+                                   for p in glob.glob(f"{raw}/ours-{m}-w{w}-r*.jsonl")}
+            peers = {round_of(p): json.load(open(p))
+                     for p in glob.glob(f"{raw}/torch-{m}-w{w}-r*.json")}
+            res["torch"][(m, w)] = {r: p["images_per_s"] for r, p in peers.items()}
             fmts = {}
-            for p in peers:
+            for p in peers.values():
                 for f, v in p["formats"].items():
                     fmts.setdefault(f, []).append(v["images_per_s"])
             res["torch_fmt"][(m, w)] = fmts
@@ -141,7 +141,7 @@ def by_round(res, side, m):
     """' (rounds 1.90x, 1.85x)': each round's 2-rank over 1-rank images/s, in round order, for
     rounds that have both (a run taken minutes from the other moves with the machine; the
     figure before it, the ratio of the medians, is the one judged)."""
-    one, two = res["rounds"][side][(m, 1)], res["rounds"][side][(m, 2)]
+    one, two = res[side][(m, 1)], res[side][(m, 2)]
     both = sorted(set(one) & set(two))
     if len(both) < 2:
         return ""
@@ -153,28 +153,29 @@ def build_table(res, meta):
     for m, w, target in (("lenet", 1, 2.5), ("lenet", 2, 2.5), ("resnet20", 1, None),
                          ("resnet20", 2, 1.2)):
         row, ratio = ratio_row(f"{m} images/s, {w} rank{'s' if w > 1 else ''} x 1 thread",
-                               res["ours"][(m, w)], res["torch"][(m, w)], target)
+                               res["ours"][(m, w)].values(), res["torch"][(m, w)].values(),
+                               target)
         rows.append(row)
-        chart.append((f"{m} x{w}", statistics.median(res["ours"][(m, w)]),
-                      statistics.median(res["torch"][(m, w)]), ratio, target))
+        chart.append((f"{m} x{w}", median_over_rounds(res["ours"][(m, w)]),
+                      median_over_rounds(res["torch"][(m, w)]), ratio, target))
     for m in ("lenet", "resnet20"):
-        so = statistics.median(res["ours"][(m, 2)]) / statistics.median(res["ours"][(m, 1)])
-        st = statistics.median(res["torch"][(m, 2)]) / statistics.median(res["torch"][(m, 1)])
+        so = median_over_rounds(res["ours"][(m, 2)]) / median_over_rounds(res["ours"][(m, 1)])
+        st = median_over_rounds(res["torch"][(m, 2)]) / median_over_rounds(res["torch"][(m, 1)])
         rows.append([f"{m} scaling 1 -> 2 ranks", f"{so:.2f}x{by_round(res, 'ours', m)}",
                      f"{st:.2f}x{by_round(res, 'torch', m)}", f"{so / st:.2f}x",
                      ">= 1.95x (ours)", "yes" if so >= 1.95 else "no"])
         if res["pair"][m]:  # what the machine allows two processes that never communicate
             pair = statistics.median(res["pair"][m])
-            ceiling = pair / statistics.median(res["ours"][(m, 1)])
-            share = 100 * statistics.median(res["ours"][(m, 2)]) / pair
+            ceiling = pair / median_over_rounds(res["ours"][(m, 1)])
+            share = 100 * median_over_rounds(res["ours"][(m, 2)]) / pair
             rows.append([f"{m} ceiling: two independent 1-rank runs at once / 1 rank",
                          f"{ceiling:.2f}x (2 ranks reach {share:.0f}% of the pair)", "", "", "",
                          ""])
     peak1 = statistics.median(res["sgemm1"])
     peak = 2 * peak1
     g = GFLOP_PER_IMAGE["resnet20"]
-    go = statistics.median(res["ours"][("resnet20", 2)]) * g
-    gt = statistics.median(res["torch"][("resnet20", 2)]) * g
+    go = median_over_rounds(res["ours"][("resnet20", 2)]) * g
+    gt = median_over_rounds(res["torch"][("resnet20", 2)]) * g
     rows.append(["resnet20 GFLOP/s, 2 ranks (% of 2-core sgemm peak)",
                  f"{go:.1f} ({100 * go / peak:.1f}%)", f"{gt:.1f} ({100 * gt / peak:.1f}%)",
                  f"{go / gt:.2f}x", ">= 90% of peak (ours)", "yes" if go >= 0.9 * peak else "no"])
