@@ -38,7 +38,7 @@ namespace ddpv::cpu {
 // winograd_kernels.hpp). Images go through in
 // chunks so that a chunk's transformed input and output stay in cache between the transform
 // and the GEMM that reads it. The layers it serves (winograd_tile) are those where it was
-// measured faster than oneDNN's direct kernels: docs/performance.md.
+// measured faster than oneDNN's direct kernels: docs/performance-log.md.
 
 namespace {
 
@@ -163,7 +163,7 @@ int winograd_tile(ConvAlgorithm algorithm, const Conv2dConfig& c) {
   // Outputs of 2 x 2 or less waste most of a 4 x 4 tile.
   const int m = std::min(c.out_h(), c.out_w()) <= 2 ? 2 : 4;
   if (algorithm == ConvAlgorithm::kWinograd) return m;
-  // kAuto: where it was measured faster (docs/performance.md, "Winograd convolution"): 16
+  // kAuto: where it was measured faster (docs/performance-log.md, "Winograd convolution"): 16
   // channels and more. resnet20's stage 1 (16 -> 16, 3x3 on 32x32) joined once the transforms
   // had their prefetches and shared columns: conv_bench 1.41x over oneDNN's direct kernels,
   // where the first transforms gave 0.98x-1.04x.

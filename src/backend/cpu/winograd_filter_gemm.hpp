@@ -274,7 +274,7 @@ void gemm_packed(const WinogradGemm& g) {
 // Note [Winograd GEMMs]: dnnl_sgemm ran the per-point products (64 rows, k and n of 32 to 64)
 // at 40-50 GFLOP/s on an AVX2 core, its packing and dispatch a large part of such small
 // problems. Blocks of 6 rows x 16 columns with A and B read in place reach more (see
-// docs/performance.md), and the points run in parallel. Products whose k walks A's rows with
+// docs/performance-log.md), and the points run in parallel. Products whose k walks A's rows with
 // a stride (the weight gradient's) go through packed panels first.
 void gemm(const WinogradGemm& g) {
   if (g.a_row == 1 && g.a_col != 1 && g.m % 8 == 0 && g.n % 8 == 0) return gemm_packed(g);
