@@ -89,15 +89,16 @@ def collect(raw):
                 for f, v in p["formats"].items():
                     fmts.setdefault(f, []).append(v["images_per_s"])
             res["torch_fmt"][(m, w)] = fmts
-    # Per round: the two independent runs' images/s added (rounds where both ran).
+    # By round: the two independent runs' images/s added (rounds where both ran).
     res["pair"] = {}
     for m in ("lenet", "resnet20"):
-        sums = []
-        for a in sorted(glob.glob(f"{raw}/ours-{m}-pair-r*-a.jsonl")):
+        sums = {}
+        for a in glob.glob(f"{raw}/ours-{m}-pair-r*-a.jsonl"):
             b = a[:-len("a.jsonl")] + "b.jsonl"
             if os.path.exists(b):
-                sums.append(ours_images_per_s(a, middle_half=True) +
-                            ours_images_per_s(b, middle_half=True))
+                r = int(re.search(r"-r([0-9]+)-a\.jsonl$", a).group(1))
+                sums[r] = (ours_images_per_s(a, middle_half=True) +
+                           ours_images_per_s(b, middle_half=True))
         res["pair"][m] = sums
     blas = {json.load(open(p)).get("blas", "unknown") for p in glob.glob(f"{raw}/torch-*.json")}
     res["blas"] = ", ".join(sorted(blas))
@@ -137,15 +138,22 @@ def ratio_row(name, ours_vals, their_vals, target):
     return [name, o_txt, t_txt, f"{ratio:.2f}x", target_txt, met], ratio
 
 
-def by_round(res, side, m):
-    """' (rounds 1.90x, 1.85x)': each round's 2-rank over 1-rank images/s, in round order, for
-    rounds that have both (a run taken minutes from the other moves with the machine; the
-    figure before it, the ratio of the medians, is the one judged)."""
-    one, two = res[side][(m, 1)], res[side][(m, 2)]
-    both = sorted(set(one) & set(two))
+def rounds_text(num, den, fmt, before=" (rounds ", after=")"):
+    """Each round's num / den (dicts by round), in round order, for the rounds that have both;
+    '' when fewer than two do. A run taken minutes from the other moves with the machine: the
+    figure the text follows, a ratio of medians, is the one judged."""
+    both = sorted(set(num) & set(den))
     if len(both) < 2:
         return ""
-    return " (rounds " + ", ".join(f"{two[r] / one[r]:.2f}x" for r in both) + ")"
+    return before + ", ".join(fmt(num[r] / den[r]) for r in both) + after
+
+
+def ratio_x(v):
+    return f"{v:.2f}x"
+
+
+def percent(v):
+    return f"{100 * v:.0f}%"
 
 
 def build_table(res, meta):
@@ -161,16 +169,21 @@ def build_table(res, meta):
     for m in ("lenet", "resnet20"):
         so = median_over_rounds(res["ours"][(m, 2)]) / median_over_rounds(res["ours"][(m, 1)])
         st = median_over_rounds(res["torch"][(m, 2)]) / median_over_rounds(res["torch"][(m, 1)])
-        rows.append([f"{m} scaling 1 -> 2 ranks", f"{so:.2f}x{by_round(res, 'ours', m)}",
-                     f"{st:.2f}x{by_round(res, 'torch', m)}", f"{so / st:.2f}x",
+        rows.append([f"{m} scaling 1 -> 2 ranks",
+                     f"{so:.2f}x" + rounds_text(res["ours"][(m, 2)], res["ours"][(m, 1)], ratio_x),
+                     f"{st:.2f}x" + rounds_text(res["torch"][(m, 2)], res["torch"][(m, 1)],
+                                                ratio_x),
+                     f"{so / st:.2f}x",
                      ">= 1.95x (ours)", "yes" if so >= 1.95 else "no"])
         if res["pair"][m]:  # what the machine allows two processes that never communicate
-            pair = statistics.median(res["pair"][m])
-            ceiling = pair / median_over_rounds(res["ours"][(m, 1)])
-            share = 100 * median_over_rounds(res["ours"][(m, 2)]) / pair
+            pairs, one, two = res["pair"][m], res["ours"][(m, 1)], res["ours"][(m, 2)]
+            pair = median_over_rounds(pairs)
+            ceiling = pair / median_over_rounds(one)
+            share = 100 * median_over_rounds(two) / pair
+            shares = rounds_text(two, pairs, percent, "; rounds ", "")
             rows.append([f"{m} ceiling: two independent 1-rank runs at once / 1 rank",
-                         f"{ceiling:.2f}x (2 ranks reach {share:.0f}% of the pair)", "", "", "",
-                         ""])
+                         f"{ceiling:.2f}x{rounds_text(pairs, one, ratio_x)} (2 ranks reach "
+                         f"{share:.0f}% of the pair{shares})", "", "", "", ""])
     peak1 = statistics.median(res["sgemm1"])
     peak = 2 * peak1
     g = GFLOP_PER_IMAGE["resnet20"]
