@@ -11,7 +11,8 @@ the raw results that scripts/bench.sh leaves in one directory:
 
     report.py RAW_DIR --md latest.md --png latest.png [--docs docs/performance.md]
 
-Prints the table, writes it as Markdown (with the machine) and draws a bar chart (Agg).
+Prints the table, writes it as Markdown (with the machine) and draws the figures against their
+targets as bar charts (Agg).
 """
 import argparse
 import glob
@@ -157,15 +158,17 @@ def percent(v):
 
 
 def build_table(res, meta):
-    rows, chart = [], []
+    """The table's rows, what the chart draws ({'throughput', 'scaling', 'roofline'}), and the
+    sgemm peaks."""
+    rows, chart = [], {"throughput": [], "scaling": []}
     for m, w, target in (("lenet", 1, 2.5), ("lenet", 2, 2.5), ("resnet20", 1, None),
                          ("resnet20", 2, 1.2)):
         row, ratio = ratio_row(f"{m} images/s, {w} rank{'s' if w > 1 else ''} x 1 thread",
                                res["ours"][(m, w)].values(), res["torch"][(m, w)].values(),
                                target)
         rows.append(row)
-        chart.append((f"{m} x{w}", median_over_rounds(res["ours"][(m, w)]),
-                      median_over_rounds(res["torch"][(m, w)]), ratio, target))
+        chart["throughput"].append((f"{m} x{w}", median_over_rounds(res["ours"][(m, w)]),
+                                    median_over_rounds(res["torch"][(m, w)]), ratio, target))
     for m in ("lenet", "resnet20"):
         so = median_over_rounds(res["ours"][(m, 2)]) / median_over_rounds(res["ours"][(m, 1)])
         st = median_over_rounds(res["torch"][(m, 2)]) / median_over_rounds(res["torch"][(m, 1)])
@@ -175,6 +178,7 @@ def build_table(res, meta):
                                                 ratio_x),
                      f"{so / st:.2f}x",
                      ">= 1.95x (ours)", "yes" if so >= 1.95 else "no"])
+        chart["scaling"].append([m, so, st, None])
         if res["pair"][m]:  # what the machine allows two processes that never communicate
             pairs, one, two = res["pair"][m], res["ours"][(m, 1)], res["ours"][(m, 2)]
             pair = median_over_rounds(pairs)
@@ -184,6 +188,7 @@ def build_table(res, meta):
             rows.append([f"{m} ceiling: two independent 1-rank runs at once / 1 rank",
                          f"{ceiling:.2f}x{rounds_text(pairs, one, ratio_x)} (2 ranks reach "
                          f"{share:.0f}% of the pair{shares})", "", "", "", ""])
+            chart["scaling"][-1][3] = ceiling
     peak1 = statistics.median(res["sgemm1"])
     peak = 2 * peak1
     g = GFLOP_PER_IMAGE["resnet20"]
@@ -192,17 +197,20 @@ def build_table(res, meta):
     rows.append(["resnet20 GFLOP/s, 2 ranks (% of 2-core sgemm peak)",
                  f"{go:.1f} ({100 * go / peak:.1f}%)", f"{gt:.1f} ({100 * gt / peak:.1f}%)",
                  f"{go / gt:.2f}x", ">= 90% of peak (ours)", "yes" if go >= 0.9 * peak else "no"])
+    chart["roofline"] = (100 * go / peak, 100 * gt / peak)
     return rows, chart, peak1, peak
+
+
+def tta_seconds(side):
+    """Each round's time to the target, or None when a side did not run or missed it in a round."""
+    if not side or any(r["hit"] is None for r in side):
+        return None
+    return [r["hit"]["elapsed_s"] for r in side]
 
 
 def tta_row(ours, theirs, meta):
     """The time-to-accuracy row: each side's median over rounds (min-max), and the ratio of the
     medians; a side that missed the target in any round has no time."""
-    def seconds(side):
-        if not side or any(r["hit"] is None for r in side):
-            return None
-        return [r["hit"]["elapsed_s"] for r in side]
-
     def cell(side):
         if side is None:
             return "not run"
@@ -213,7 +221,7 @@ def tta_row(ours, theirs, meta):
             return (f"not reached in round{'s' if len(missed) > 1 else ''} "
                     f"{', '.join(map(str, missed))} of {len(side)} "
                     f"({len(side[missed[0] - 1]['trace'])} epochs; best {100 * best:.2f}%)")
-        s = seconds(side)
+        s = tta_seconds(side)
         epochs = sorted({r["hit"]["epoch"] for r in side})
         at = (f"epoch {epochs[0]}" if len(epochs) == 1
               else "epochs " + ", ".join(str(r["hit"]["epoch"]) for r in side))
@@ -221,7 +229,7 @@ def tta_row(ours, theirs, meta):
             return f"{s[0]:.1f} s ({at})"
         return f"{statistics.median(s):.1f} s ({min(s):.1f}-{max(s):.1f}; {at})"
     ratio, met = "", ""
-    o, t = seconds(ours), seconds(theirs)
+    o, t = tta_seconds(ours), tta_seconds(theirs)
     if o and t:
         r = statistics.median(o) / statistics.median(t)
         ratio, met = f"{r:.2f}x", "yes" if r <= 0.33 else "no"
@@ -284,25 +292,65 @@ def markdown(rows, res, peak1, peak, ours_tta, theirs_tta, meta):
 
 
 def chart_png(chart, path, title):
+    """Top: images/s and ours / PyTorch against the targets. Bottom: scaling with the machine's
+    ceiling, resnet20's share of the roofline, and time to 91% (the red lines: targets)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
-    xs = range(len(chart))
-    for shift, col, label in ((-0.2, 1, "ddpvision"), (0.2, 2, "PyTorch DDP (best format)")):
-        bars = a.bar([x + shift for x in xs], [c[col] for c in chart], 0.4, label=label)
-        a.bar_label(bars, fmt="%.0f", fontsize=8)
-    a.set_xticks(list(xs), [c[0] for c in chart])
+    fig = plt.figure(figsize=(12, 8))
+    grid = fig.add_gridspec(2, 4)
+    a, b = fig.add_subplot(grid[0, :2]), fig.add_subplot(grid[0, 2:])
+    c, d, e = fig.add_subplot(grid[1, :2]), fig.add_subplot(grid[1, 2]), fig.add_subplot(grid[1, 3])
+    ours_col, torch_col = "tab:blue", "tab:orange"
+    tp = chart["throughput"]
+    xs = range(len(tp))
+    for shift, i, label, col in ((-0.2, 1, "ddpvision", ours_col),
+                                 (0.2, 2, "PyTorch DDP (best format)", torch_col)):
+        a.bar_label(a.bar([x + shift for x in xs], [t[i] for t in tp], 0.4, label=label,
+                          color=col), fmt="%.0f", fontsize=8)
+    a.set_xticks(list(xs), [t[0] for t in tp])
     a.set_ylabel("training images/s (synthetic, 1 thread per rank)")
     a.legend()
-    b.bar_label(b.bar(list(xs), [c[3] for c in chart], 0.5, color="tab:green"), fmt="%.2fx",
+    b.bar_label(b.bar(list(xs), [t[3] for t in tp], 0.5, color="tab:green"), fmt="%.2fx",
                 fontsize=8)
-    for x, c in zip(xs, chart):
-        if c[4]:
-            b.plot([x - 0.3, x + 0.3], [c[4], c[4]], "r-", lw=2)
+    for x, t in zip(xs, tp):
+        if t[4]:
+            b.plot([x - 0.3, x + 0.3], [t[4], t[4]], "r-", lw=2)
     b.axhline(1.0, color="gray", lw=0.8)
-    b.set_xticks(list(xs), [c[0] for c in chart])
+    b.set_xticks(list(xs), [t[0] for t in tp])
     b.set_ylabel("ours / PyTorch (red: target)")
+    sc = chart["scaling"]
+    for x, (m, so, st, ceiling) in enumerate(sc):
+        bars = [(-0.27, so, "ddpvision", ours_col), (0, st, "PyTorch DDP", torch_col)]
+        if ceiling is not None:
+            bars.append((0.27, ceiling, "two 1-rank runs at once (ceiling)", "tab:gray"))
+        for shift, v, label, col in bars:
+            c.bar_label(c.bar(x + shift, v, 0.27, color=col, label=label if x == 0 else None),
+                        fmt="%.2fx", fontsize=8)
+    c.axhline(1.95, color="red", lw=2, label="target 1.95x (ours)")
+    c.set_xticks(range(len(sc)), [f"{s[0]}, 1 -> 2 ranks" for s in sc])
+    c.set_ylim(0, 2.4)
+    c.set_ylabel("scaling (2-rank / 1-rank images/s)")
+    c.legend(fontsize=8, loc="lower right")
+    ro, rt = chart["roofline"]
+    d.bar_label(d.bar([0, 1], [ro, rt], 0.6, color=[ours_col, torch_col]), fmt="%.0f%%",
+                fontsize=8)
+    d.axhline(90, color="red", lw=2)
+    d.set_xticks([0, 1], ["ddpvision", "PyTorch"])
+    d.set_ylabel("resnet20, 2 ranks: % of 2 x sgemm peak")
+    d.set_title("red: target 90%", fontsize=9)
+    tta = chart.get("tta", "not run")
+    if not isinstance(tta, str):
+        e.bar_label(e.bar([0, 1], list(tta), 0.6, color=[ours_col, torch_col]), fmt="%.0f s",
+                    fontsize=8)
+        e.plot([-0.3, 0.3], [0.33 * tta[1]] * 2, "r-", lw=2)
+        e.set_xticks([0, 1], ["ddpvision", "PyTorch"])
+    else:
+        e.text(0.5, 0.5, tta, ha="center", va="center", transform=e.transAxes)
+        e.set_xticks([])
+        e.set_yticks([])
+    e.set_ylabel("time to 91%, Fashion-MNIST, lenet x2 (s)")
+    e.set_title("red: target, 0.33 x PyTorch's", fontsize=9)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -331,6 +379,11 @@ def main(argv):
     ours_tta, theirs_tta = time_to_target(a.raw)
     if not meta.get("skip_tta"):
         rows.append(tta_row(ours_tta, theirs_tta, meta))
+        o, t = tta_seconds(ours_tta), tta_seconds(theirs_tta)
+        if o and t:
+            chart["tta"] = (statistics.median(o), statistics.median(t))
+        elif ours_tta or theirs_tta:
+            chart["tta"] = "the target not reached\nin every round"
     md = markdown(rows, res, peak1, peak, ours_tta, theirs_tta, meta)
     with open(a.md, "w") as f:
         f.write("# ddpvision vs PyTorch DDP (`make bench`)\n\n" + md)
