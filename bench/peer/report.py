@@ -178,7 +178,7 @@ def build_table(res, meta):
                                                 ratio_x),
                      f"{so / st:.2f}x",
                      ">= 1.95x (ours)", "yes" if so >= 1.95 else "no"])
-        chart["scaling"].append([m, so, st, None])
+        ceiling = None
         if res["pair"][m]:  # what the machine allows two processes that never communicate
             pairs, one, two = res["pair"][m], res["ours"][(m, 1)], res["ours"][(m, 2)]
             pair = median_over_rounds(pairs)
@@ -188,7 +188,7 @@ def build_table(res, meta):
             rows.append([f"{m} ceiling: two independent 1-rank runs at once / 1 rank",
                          f"{ceiling:.2f}x{rounds_text(pairs, one, ratio_x)} (2 ranks reach "
                          f"{share:.0f}% of the pair{shares})", "", "", "", ""])
-            chart["scaling"][-1][3] = ceiling
+        chart["scaling"].append((m, so, st, ceiling))
     peak1 = statistics.median(res["sgemm1"])
     peak = 2 * peak1
     g = GFLOP_PER_IMAGE["resnet20"]
@@ -293,7 +293,8 @@ def markdown(rows, res, peak1, peak, ours_tta, theirs_tta, meta):
 
 def chart_png(chart, path, title):
     """Top: images/s and ours / PyTorch against the targets. Bottom: scaling with the machine's
-    ceiling, resnet20's share of the roofline, and time to 91% (the red lines: targets)."""
+    ceiling, resnet20's share of the roofline, and time to 91% (the red lines: targets).
+    chart['tta'] is the two sides' median seconds, or a note saying why there are none."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
