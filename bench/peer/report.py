@@ -72,7 +72,9 @@ def median_over_rounds(rounds):
 
 
 def round_of(path):
-    return int(re.search(r"-r([0-9]+)\.json", path).group(1))
+    """The round of a raw result: 3 for ours-lenet-w2-r3.jsonl, torch-fmnist-r3.json or
+    ours-lenet-pair-r3-a.jsonl."""
+    return int(re.search(r"-r([0-9]+)(-[ab])?\.json", path).group(1))
 
 
 def collect(raw):
@@ -97,9 +99,8 @@ def collect(raw):
         for a in glob.glob(f"{raw}/ours-{m}-pair-r*-a.jsonl"):
             b = a[:-len("a.jsonl")] + "b.jsonl"
             if os.path.exists(b):
-                r = int(re.search(r"-r([0-9]+)-a\.jsonl$", a).group(1))
-                sums[r] = (ours_images_per_s(a, middle_half=True) +
-                           ours_images_per_s(b, middle_half=True))
+                sums[round_of(a)] = (ours_images_per_s(a, middle_half=True) +
+                                     ours_images_per_s(b, middle_half=True))
         res["pair"][m] = sums
     blas = {json.load(open(p)).get("blas", "unknown") for p in glob.glob(f"{raw}/torch-*.json")}
     res["blas"] = ", ".join(sorted(blas))
@@ -113,7 +114,7 @@ def time_to_target(raw):
     at the target ({'epoch', 'elapsed_s'}) or None, 'trace': the accuracy trace}."""
     def rounds(pattern):
         files = glob.glob(os.path.join(raw, pattern))
-        return sorted(files, key=lambda f: int(re.search(r"-r(\d+)\.", f).group(1)))
+        return sorted(files, key=round_of)
 
     def hit(trace):
         return next((t for t in trace if (t["val_acc"] or 0) >= TARGET_ACC), None)
