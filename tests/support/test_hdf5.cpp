@@ -1,6 +1,9 @@
 // Test-side HDF5 readers on the plain C API, independent of src/data's HDF5 code.
 #include <hdf5.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "support/test_support.hpp"
 
 namespace ddpv::test {
@@ -64,6 +67,49 @@ std::vector<std::string> h5_list(const std::string& file, const std::string& gro
   }
   H5Fclose(f);
   return names;
+}
+
+GoldenData read_golden(const std::string& model_name) {
+  GoldenData g;
+  g.file = source_path("tests/golden/" + model_name + ".h5");
+  g.input = h5_read_floats(g.file, "input", &g.dims);
+  if (g.dims.size() != 4) throw std::runtime_error(g.file + ": input is not (N, H, W, C)");
+  g.labels = h5_read_ints(g.file, "labels");
+  g.logits = h5_read_floats(g.file, "logits");
+  g.loss = h5_read_floats(g.file, "loss")[0];
+  g.n = static_cast<int>(g.dims[0]);
+  g.classes = static_cast<int>(g.logits.size()) / g.n;
+  return g;
+}
+
+void load_golden_state(Model& model, const GoldenData& golden) {
+  const auto params = h5_list(golden.file, "params");
+  ASSERT_EQ(params.size(), model.params().size()) << "parameters of " << model.name();
+  for (const auto& name : params)
+    model.set_param(name, h5_read_floats(golden.file, "params/" + name));
+  const auto buffers = h5_list(golden.file, "buffers_before");
+  ASSERT_EQ(buffers.size(), model.buffers().size()) << "buffers of " << model.name();
+  for (const auto& name : buffers)
+    model.set_param(name, h5_read_floats(golden.file, "buffers_before/" + name));
+}
+
+double rms_floor_error(const std::vector<float>& got, const std::vector<float>& ref) {
+  double sq = 0;
+  for (float v : ref) sq += static_cast<double>(v) * v;
+  const double rms = std::sqrt(sq / static_cast<double>(std::max<size_t>(ref.size(), 1)));
+  return max_rel_error(got, ref, std::max(rms, 1e-7));
+}
+
+double norm_rel_error(const std::vector<float>& got, const std::vector<float>& ref) {
+  EXPECT_EQ(got.size(), ref.size());
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < std::min(got.size(), ref.size()); ++i) {
+    const double d = static_cast<double>(got[i]) - ref[i];
+    diff += d * d;
+    norm += static_cast<double>(ref[i]) * ref[i];
+  }
+  if (std::isnan(diff)) return INFINITY;
+  return std::sqrt(diff / std::max(norm, 1e-300));
 }
 
 }  // namespace ddpv::test

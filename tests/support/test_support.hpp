@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ddpv/backend/backend.hpp"
+#include "ddpv/nn/model.hpp"
 
 namespace ddpv::test {
 
@@ -75,8 +76,8 @@ std::string source_path(const std::string& relative);
 }  // namespace ddpv::test
 
 // Declares `var` as a backend for `device`, or skips the test visibly when no GPU is present.
-#define DDPV_BACKEND_OR_SKIP(var, device)                                              \
-  auto var = ::ddpv::test::backend_or_skip(device);                                    \
+#define DDPV_BACKEND_OR_SKIP(var, device)           \
+  auto var = ::ddpv::test::backend_or_skip(device); \
   if (!var) GTEST_SKIP() << "no CUDA device visible: GPU case skipped on this machine"
 
 namespace ddpv::test {
@@ -87,4 +88,32 @@ std::vector<float> h5_read_floats(const std::string& file, const std::string& da
 std::vector<int32_t> h5_read_ints(const std::string& file, const std::string& dataset);
 // Names of the members of a group ("params" -> {"conv1.weight", ...}).
 std::vector<std::string> h5_list(const std::string& file, const std::string& group);
+
+// A golden case of tests/golden/make_golden.py: one training-mode forward and backward of a
+// model in float64 PyTorch, from a seed whose every ReLU input is at least 1e-5 from zero
+// (Note [ReLU margin] there: a ReLU that float32 error can flip moves the gradients before it
+// by far more than any tolerance, so cases without that margin cannot compare two correct
+// float32 implementations).
+struct GoldenData {
+  std::string file;
+  std::vector<float> input;   // (N, H, W, C)
+  std::vector<int64_t> dims;  // N, H, W, C
+  std::vector<int32_t> labels;
+  std::vector<float> logits;
+  float loss = 0;  // mean over the batch
+  int n = 0, classes = 0;
+};
+GoldenData read_golden(const std::string& model_name);  // tests/golden/<model_name>.h5
+// Sets every parameter and buffer of `model` to the case's; fails the test when the names
+// differ from torch's state_dict.
+void load_golden_state(Model& model, const GoldenData& golden);
+
+// Error against a (float64) reference: relative, with an absolute floor at the tensor's
+// root-mean-square magnitude. An entry far below the tensor's typical size is a sum of
+// cancelling products and carries float32 rounding of the size of its terms, not of its
+// result, so it is judged on the tensor's scale.
+double rms_floor_error(const std::vector<float>& got, const std::vector<float>& ref);
+// ||got - ref|| / ||ref||: the relative error of a tensor as a whole (what reduced precision
+// is judged by, where single entries near a flipped ReLU may move by their own size).
+double norm_rel_error(const std::vector<float>& got, const std::vector<float>& ref);
 }  // namespace ddpv::test

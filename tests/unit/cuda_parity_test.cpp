@@ -1,14 +1,15 @@
-// GPU against CPU: every op of the CUDA backend, and one whole training step of a model, give
-// the CPU backend's results, in fp32 and in bf16 (cases skip visibly without a GPU).
+// GPU against CPU: every op of the CUDA backend gives the CPU backend's results, and one whole
+// training step of a model gives PyTorch's float64 one, in fp32 and in bf16 (cases skip
+// visibly without a GPU).
 //
-// Error measure: max_i |gpu_i - cpu_i| / max(|cpu_i|, f * max_j |cpu_j|): relative error, with
-// entries far below the tensor's scale compared against f times that scale instead.
-//  - fp32: f = 0.01, tolerance 1e-3, for every op and for a whole model step.
+// Op error measure: max_i |gpu_i - cpu_i| / max(|cpu_i|, f * max_j |cpu_j|): relative error,
+// with entries far below the tensor's scale compared against f times that scale instead.
+//  - fp32: f = 0.01, tolerance 1e-3.
 //  - bf16 (conv and linear inputs rounded to 8 significant bits, fp32 accumulation): a sum of
 //    K rounded products carries an absolute error of about 2^-9 of the result's scale, so the
-//    measure is taken relative to the scale (f = 1): 2e-2 for one op, 1e-1 for a whole model
-//    step (the rounding of 20 layers compounds), 3e-2 for BatchNorm statistics computed from
-//    bf16 convolution outputs. BatchNorm, pooling and the loss themselves are fp32 in both.
+//    measure is taken relative to the scale (f = 1): 2e-2. BatchNorm, pooling and the loss
+//    themselves are fp32 in both.
+// The model step has measures of its own (see ModelTrainingStepMatchesPyTorch).
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -54,8 +55,6 @@ class CudaParity : public ::testing::TestWithParam<Precision> {
   }
   bool bf16() const { return GetParam() == Precision::kBF16; }
   Tol op_tol() const { return bf16() ? Tol{1.0, 2e-2} : kF32; }
-  Tol model_tol() const { return bf16() ? Tol{1.0, 1e-1} : kF32; }
-  Tol stats_tol() const { return bf16() ? Tol{1.0, 3e-2} : kF32; }
   static constexpr Tol kF32Tol = kF32;  // ops that are fp32 in every precision
   std::vector<Backend*> both() { return {cpu_.get(), gpu_.get()}; }
 
@@ -233,40 +232,55 @@ TEST_P(CudaParity, SoftmaxCrossEntropy) {
   EXPECT_THROW(op->forward(2, z.data(), bad.data()), Error);
 }
 
-// One training step of a whole model: logits, loss, every gradient and the updated running
-// statistics agree.
-TEST_P(CudaParity, Resnet20TrainingStep) {
-  const int n = 4, classes = 10;
-  const auto x = random_vector(size_t(n) * 32 * 32 * 3, 51);
-  std::vector<int32_t> labels = {1, 7, 3, 9};
-  std::vector<float> logits[2], grads[2], buffers[2];
-  double loss[2];
-  int k = 0;
-  for (Backend* be : both()) {
-    auto model = make_model("resnet20", *be, Shape{32, 32, 3}, classes);
-    model->init_parameters(1234);
-    DeviceBuffer xin(be, x);
-    const Tensor xt = Tensor::wrap(xin.data(), Shape{n, 32, 32, 3}, DType::kF32, be->device());
+// One training step of a whole model on the GPU against PyTorch's float64 step of the same
+// weights and batch (tests/golden/, as golden_test checks the CPU): logits, loss, every
+// gradient and the updated running statistics.
+//  - fp32: test::rms_floor_error <= 1e-3 per tensor (the CPU backend stays within 2e-4 on the
+//    same measure; cuDNN may pick FFT or Winograd algorithms, whose rounding is larger).
+//  - bf16: test::norm_rel_error <= 0.1 per tensor. Rounding each conv and linear input to 8
+//    significant bits leaves about 2^-8 of relative error per layer, about 2e-2 over a model's
+//    20 layers; some ReLUs also flip (their margin, 1e-5, is far below bf16's rounding), which
+//    moves single entries by their own size, so only the whole tensor is judged.
+//    Running statistics: 3e-2 (fp32 BatchNorm over bf16 convolution outputs).
+// A model step compared GPU against CPU, each from random weights and inputs, was a poor test:
+// nothing kept ReLU inputs away from zero, and two correct CPU variants (NHWC against blocked
+// activations) differed by 0.37 on its measure.
+TEST_P(CudaParity, ModelTrainingStepMatchesPyTorch) {
+  for (const char* name : {"lenet", "resnet20"}) {
+    SCOPED_TRACE(name);
+    const GoldenData g = read_golden(name);
+    Backend* be = gpu_.get();
+    auto model = make_model(name, *be, Shape{g.dims[1], g.dims[2], g.dims[3]}, g.classes);
+    load_golden_state(*model, g);
+    if (HasFatalFailure()) return;
+    auto error = [&](const std::vector<float>& got, const std::vector<float>& ref) {
+      return bf16() ? norm_rel_error(got, ref) : rms_floor_error(got, ref);
+    };
+    const double tol = bf16() ? 1e-1 : 1e-3, stats = bf16() ? 3e-2 : 1e-3;
+
+    DeviceBuffer xin(be, g.input);
+    const Tensor xt = Tensor::wrap(xin.data(), Shape{g.dims[0], g.dims[1], g.dims[2], g.dims[3]},
+                                   DType::kF32, be->device());
     const Tensor& out = model->forward(xt, /*training=*/true);
-    auto loss_op = be->softmax_cross_entropy(classes);
-    DeviceLabels l(be, labels);
-    loss[k] = loss_op->forward(n, out.data<float>(), l.data()).loss_sum;
-    logits[k].resize(size_t(n) * classes);
-    be->copy(logits[k].data(), Device::kCpu, out.raw(), be->device(), logits[k].size() * 4);
-    DeviceBuffer d(be, size_t(n) * classes);
-    loss_op->backward(n, l.data(), d.data(), 1.0f / n);
-    model->backward(Tensor::wrap(d.data(), Shape{n, classes}, DType::kF32, be->device()), false);
-    grads[k].resize(model->param_count());
-    be->copy(grads[k].data(), Device::kCpu, model->grad_data(), be->device(), grads[k].size() * 4);
-    buffers[k].resize(model->buffer_count());
-    be->copy(buffers[k].data(), Device::kCpu, model->buffer_data(), be->device(),
-             buffers[k].size() * 4);
-    ++k;
+    std::vector<float> logits(g.logits.size());
+    be->copy(logits.data(), Device::kCpu, out.raw(), be->device(), logits.size() * 4);
+    EXPECT_LE(error(logits, g.logits), tol) << "logits";
+
+    auto loss_op = be->softmax_cross_entropy(g.classes);
+    DeviceLabels l(be, g.labels);
+    const double loss = loss_op->forward(g.n, out.data<float>(), l.data()).loss_sum / g.n;
+    EXPECT_NEAR(loss, g.loss, (bf16() ? 1e-2 : 1e-4) * std::abs(g.loss));
+    DeviceBuffer d(be, g.logits.size());
+    loss_op->backward(g.n, l.data(), d.data(), 1.0f / static_cast<float>(g.n));
+    model->backward(Tensor::wrap(d.data(), Shape{g.n, g.classes}, DType::kF32, be->device()),
+                    false);
+    for (const auto& p : h5_list(g.file, "grads"))
+      EXPECT_LE(error(model->get_grad(p), h5_read_floats(g.file, "grads/" + p)), tol)
+          << "gradient of " << p;
+    for (const auto& b : h5_list(g.file, "buffers_after"))
+      EXPECT_LE(error(model->get_param(b), h5_read_floats(g.file, "buffers_after/" + b)), stats)
+          << "buffer " << b;
   }
-  EXPECT_NEAR(loss[1], loss[0], model_tol().max_error * std::abs(loss[0]));
-  EXPECT_MATCH(logits[1], logits[0], model_tol(), "logits");
-  EXPECT_MATCH(grads[1], grads[0], model_tol(), "gradient arena");
-  EXPECT_MATCH(buffers[1], buffers[0], stats_tol(), "BatchNorm buffers");
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, CudaParity,
