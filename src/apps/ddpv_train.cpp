@@ -74,7 +74,8 @@ po::options_description describe(TrainOptions& o) {
     ("resume", po::value(&o.resume), "auto (the directory's latest, if any) or a checkpoint file")
     ("metrics", po::value(&o.metrics), "JSON-lines metrics file")
     ("log-every", po::value(&o.log_every)->default_value(o.log_every), "steps between metrics records")
-    ("no-progress", po::bool_switch(), "no progress bar on a terminal");
+    ("no-progress", po::bool_switch(), "no progress bar on a terminal")
+    ("profile-layers", po::bool_switch(&o.profile_layers), "time every layer (synchronising the device around each) and print where a step's time goes; slows the run");
   po::options_description all;
   all.add(data).add(model).add(opt).add(dist).add(out);
   return all;

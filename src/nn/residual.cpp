@@ -1,4 +1,5 @@
 // Residual blocks of He et al. 2016: y = relu(main(x) + shortcut(x)).
+#include "ddpv/nn/layer_profile.hpp"
 #include "ddpv/nn/layers.hpp"
 #include "nn/sequence.hpp"
 
@@ -32,13 +33,17 @@ class ResidualBlock final : public Layer {
     check_input(x);
     const Tensor& m = main_.forward(x, training);
     const Tensor& s = shortcut_.forward(x, training);
+    ProfileScope timed(backend_, profile_name_, profile_kind_, "forward");
     backend_->add_relu(y.numel(), m.data<float>(), s.data<float>(), y.data<float>());
   }
 
   void backward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx, bool accumulate,
                 const GradReadyFn& ready) override {
     ensure_tensor(dsum_, y.shape(), *backend_);
-    backend_->relu_backward(y.numel(), y.data<float>(), dy.data<float>(), dsum_.data<float>());
+    {
+      ProfileScope timed(backend_, profile_name_, profile_kind_, "backward");
+      backend_->relu_backward(y.numel(), y.data<float>(), dy.data<float>(), dsum_.data<float>());
+    }
     Tensor* dx_short = nullptr;
     if (!shortcut_.empty()) {
       ensure_tensor(dx_short_, x.shape(), *backend_);
@@ -47,17 +52,20 @@ class ResidualBlock final : public Layer {
     }
     main_.backward(x, dsum_, dx, accumulate, ready);
     if (dx) {
+      ProfileScope timed(backend_, profile_name_, profile_kind_, "backward");
       const Tensor& other = shortcut_.empty() ? dsum_ : *dx_short;
       backend_->add(dx->numel(), dx->data<float>(), other.data<float>(), dx->data<float>());
     }
   }
 
+  bool is_block() const override { return true; }
   std::string describe() const override {
     return name_ + ": " + kind_ + " block" + (shortcut_.empty() ? "" : " (projection shortcut)") +
            ", " + in_.str() + " -> " + out_.str();
   }
 
  private:
+  const std::string profile_name_ = name_ + ".add", profile_kind_ = "residual add";
   const char* kind_;
   Sequence main_, shortcut_;
   Tensor dsum_, dx_short_;
@@ -114,6 +122,7 @@ class LazyBlock final : public Layer {
                 const GradReadyFn& ready) override {
     block_->backward(x, y, dy, dx, accumulate, ready);
   }
+  bool is_block() const override { return true; }
   std::string describe() const override { return block_ ? block_->describe() : name_; }
 
  private:

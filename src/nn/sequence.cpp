@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "ddpv/nn/layer_profile.hpp"
+
 namespace ddpv {
 
 Shape Sequence::setup(Backend& backend, const Shape& in) {
@@ -14,6 +16,14 @@ Shape Sequence::setup(Backend& backend, const Shape& in) {
     max_numel_ = std::max(max_numel_, s.numel());
   }
   acts_.resize(layers_.size());
+  kinds_.clear();
+  for (auto& layer : layers_) {
+    // "conv1: conv 3x3/1 pad 1, (32, 32, 3) -> ..." -> "conv 3x3/1 pad 1"
+    std::string d = layer->describe();
+    const size_t colon = d.find(": ");
+    if (colon != std::string::npos) d = d.substr(colon + 2);
+    kinds_.push_back(d.substr(0, d.find(", (")));
+  }
   fused_.assign(layers_.size(), 0);
   folded_.assign(layers_.size(), 0);
   pooled_.assign(layers_.size(), 0);
@@ -44,6 +54,8 @@ const Tensor& Sequence::forward(const Tensor& x, bool training) {
       // written by layer i - 2
     } else {
       ensure_tensor(acts_[i], batch_shape(n, layers_[i]->out_shape()), *backend_);
+      const bool leaf = !layers_[i]->is_block();
+      ProfileScope timed(leaf ? backend_ : nullptr, layers_[i]->name(), kinds_[i], "forward");
       if (pooled_[i]) {
         ensure_tensor(acts_[i + 2], batch_shape(n, layers_[i + 2]->out_shape()), *backend_);
         layers_[i]->forward_pooled(*in, acts_[i + 2], training);
@@ -84,6 +96,8 @@ void Sequence::backward(const Tensor& x, const Tensor& dy, Tensor* dx, bool accu
       view = Tensor::wrap(grad_buf_[next].raw(), in.shape(), DType::kF32, in.device());
       down = &view;
     }
+    const bool leaf = !layers_[k]->is_block();
+    ProfileScope timed(leaf ? backend_ : nullptr, layers_[k]->name(), kinds_[k], "backward");
     if (pooled_[k]) {
       layers_[k]->backward_pooled(in, upstream, down, accumulate, ready);
     } else {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "ddpv/nn/layers.hpp"
@@ -27,6 +28,7 @@ class Sequence {
  private:
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<Tensor> acts_;  // acts_[i]: output of layer i
+  std::vector<std::string> kinds_;  // kinds_[i]: "conv 3x3/1 pad 1", for the layer profile
   std::vector<char>
       fused_;  // fused_[i]: layer i is a ReLU that layer i - 1 applies (Note [Fused ReLU])
   // folded_[i]: layer i is a ReLU whose backward layer i + 1 (Note [ReLU folded into max

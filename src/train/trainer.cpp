@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "ddpv/core/log.hpp"
+#include "ddpv/nn/layer_profile.hpp"
 #include "ddpv/nn/layers.hpp"
 #include "train/signals.hpp"
 #include "train/trainer_impl.hpp"
@@ -146,14 +147,32 @@ void Trainer::Impl::throw_diverged(const std::string& what) const {
                          "check the data");
 }
 
+namespace {
+// Names of the trainer's own phases in the layer profile (Note [Layer profile]).
+const std::string kProfData = "data", kProfDataKind = "batch from the loader";
+const std::string kProfLoss = "loss", kProfLossKind = "softmax cross-entropy";
+const std::string kProfReduce = "gradient allreduce", kProfReduceKind = "wait after backward";
+const std::string kProfUpdate = "optimizer", kProfUpdateKind = "sgd update",
+                  kProfSharedKind = "shared update (+ wait)";
+const std::string kProfAgree = "step agreement", kProfAgreeKind = "loss and stop allreduce";
+}  // namespace
+
 // One optimizer step: accum_steps micro-batches, the last of which reduces the gradients.
 void Trainer::Impl::train_step() {
+  // The profile leaves out the warm-up steps (cuDNN's algorithm search, first allocations).
+  LayerProfile& profile = LayerProfile::get();
+  profile.enable(o.profile_layers && step - run_start_step >= kWarmupSteps);
+  Backend* timed = backend.get();
   double loss_sum = 0, correct = 0, samples = 0;
   bool finite = true;
   comm->set_step(step);  // named by the watchdog when a collective hangs
   for (int k = 0; k < o.accum_steps; ++k) {
     const auto t_data = Clock::now();
-    const std::optional<DeviceFeed::Ready> batch = train_feed->next();
+    std::optional<DeviceFeed::Ready> batch;
+    {
+      ProfileScope scope(timed, kProfData, kProfDataKind, "step");
+      batch = train_feed->next();
+    }
     DDPV_CHECK(batch.has_value(), "the data ran out inside epoch ", epoch, " at step ", epoch_step,
                " (internal: steps per epoch disagree)");
     const Tensor& x = batch->images;
@@ -162,13 +181,16 @@ void Trainer::Impl::train_step() {
 
     const int n = static_cast<int>(x.shape()[0]);
     const Tensor& logits = model->forward(x, /*training=*/true);
-    const LossResult r = loss_op->forward(n, logits.data<float>(), y.data<int32_t>());
-    finite = finite && std::isfinite(r.loss_sum);
-    loss_sum += r.loss_sum;
-    correct += static_cast<double>(r.correct);
-    samples += n;
-    ensure_tensor(dlogits, logits.shape(), *backend);
-    loss_op->backward(n, y.data<int32_t>(), dlogits.data<float>(), 1.0f / static_cast<float>(n));
+    {
+      ProfileScope scope(timed, kProfLoss, kProfLossKind, "step");
+      const LossResult r = loss_op->forward(n, logits.data<float>(), y.data<int32_t>());
+      finite = finite && std::isfinite(r.loss_sum);
+      loss_sum += r.loss_sum;
+      correct += static_cast<double>(r.correct);
+      samples += n;
+      ensure_tensor(dlogits, logits.shape(), *backend);
+      loss_op->backward(n, y.data<int32_t>(), dlogits.data<float>(), 1.0f / static_cast<float>(n));
+    }
     if (reducer) reducer->set_sync(k == o.accum_steps - 1);
     // The shared update hears of final gradients in the last backward of the step only.
     GradReadyFn ready;
@@ -182,6 +204,7 @@ void Trainer::Impl::train_step() {
     train_feed->done();  // the next batch uploads while this backward runs (Note [Two slots])
     data_wait += seconds_since(t_next);
     if (reducer) {
+      ProfileScope scope(timed, kProfReduce, kProfReduceKind, "step");
       const auto t_comm = Clock::now();
       reducer->wait();
       comm_wait += seconds_since(t_comm);
@@ -191,11 +214,14 @@ void Trainer::Impl::train_step() {
   sgd.lr = static_cast<float>(lr);
   // Gradients are summed over ranks, so 1 / world size averages them (Note [Folded averaging]).
   sgd.grad_scale = 1.0f / static_cast<float>(world.size()) / static_cast<float>(o.accum_steps);
-  if (shared) {
-    comm_wait += shared->step(sgd);
-  } else {
-    backend->sgd_update(sgd, spans, model->param_count(), model->param_data(), model->grad_data(),
-                        model->momentum_data());
+  {
+    ProfileScope scope(timed, kProfUpdate, shared ? kProfSharedKind : kProfUpdateKind, "step");
+    if (shared) {
+      comm_wait += shared->step(sgd);
+    } else {
+      backend->sgd_update(sgd, spans, model->param_count(), model->param_data(), model->grad_data(),
+                          model->momentum_data());
+    }
   }
   ++step;
   ++epoch_step;
@@ -210,7 +236,12 @@ void Trainer::Impl::train_step() {
   double agree[4 + kSignals] = {finite ? 0.0 : 1.0, loss_sum, correct, samples};
   const int seen = stop_signal_received();
   for (int k = 0; k < kSignals; ++k) agree[4 + k] = seen == kStopSignals[k];
-  world.allreduce_sum(agree, 4 + kSignals);
+  {
+    ProfileScope scope(timed, kProfAgree, kProfAgreeKind, "step");
+    world.allreduce_sum(agree, 4 + kSignals);
+  }
+  if (profile.enabled()) profile.add_step();
+  profile.enable(false);  // evaluation is not profiled
   if (agree[0] > 0) throw_diverged("the loss became NaN or Inf");
   images += agree[3];
   epoch_totals.add(agree[1], agree[2], agree[3]);
@@ -272,6 +303,7 @@ TrainSummary Trainer::Impl::run() {
   }
   train_end = Clock::now();
   paused_at_end = paused;
+  if (o.profile_layers && world.is_root()) std::fputs(LayerProfile::get().report().c_str(), stdout);
   if (!o.checkpoint_dir.empty() && last_checkpoint_step != step) {
     save(stop_signal ? signal_name(stop_signal) : "end");
   }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ddpv-train end to end under mpirun -np 2 on a small store: training, per-epoch evaluation over
 # exactly the validation set, the epoch lines, the metrics file and its summary record; and the
-# same with gradients reduced in bf16.
+# same with gradients reduced in bf16; and --profile-layers.
 source "$(dirname "$0")/lib.sh"
 make_store "$WORK" --train 600 --test 203
 mpirun_np 2 "$BIN/ddpv-train" --data "$WORK/tiny.h5" --model lenet --epochs 3 --batch-size 32 \
@@ -31,4 +31,13 @@ mpirun_np 2 "$BIN/ddpv-train" --data "$WORK/tiny.h5" --model lenet --epochs 3 --
 grep -q "non-blocking collectives) in bf16" "$WORK/bf16.txt" || { cat "$WORK/bf16.txt"; fail "the start line does not say gradients travel in bf16"; }
 acc=$(json_field "$WORK/bf16.jsonl" summary val_acc)
 "$PY" -c "import sys; a=float('$acc'); sys.exit(0 if a > 0.9 else 1)" || fail "bf16-reduced val_acc $acc <= 0.9"
+# --profile-layers (Note [Layer profile]): rank 0 alone prints the table, over the steps after
+# the 5 warm-up steps (10 steps in one epoch -> 5), with the layers and the trainer's phases.
+mpirun_np 2 "$BIN/ddpv-train" --data "$WORK/tiny.h5" --model lenet --epochs 1 --batch-size 32 \
+  --lr 0.05 --no-augment --profile-layers >"$WORK/prof.txt" 2>&1 || { cat "$WORK/prof.txt"; fail "profiled training exited non-zero"; }
+[ "$(grep -c '^layer profile: ' "$WORK/prof.txt")" = 1 ] || { cat "$WORK/prof.txt"; fail "expected one layer profile, from rank 0"; }
+grep -q '^layer profile: 5 steps, ' "$WORK/prof.txt" || { cat "$WORK/prof.txt"; fail "the profile should cover steps 6-10"; }
+for row in conv1 conv2 fc1 fc2 data loss optimizer "step agreement"; do
+  grep -q "^  $row  *[a-z]" "$WORK/prof.txt" || { cat "$WORK/prof.txt"; fail "no profile row for $row"; }
+done
 echo "PASS"

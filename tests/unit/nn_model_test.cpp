@@ -1,11 +1,13 @@
 // Model graph: arena layout in reverse layer order, decay spans, PyTorch names and counts,
 // bad-input errors, gradient accumulation, and a small end-to-end learning check.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <set>
 
 #include "ddpv/core/rng.hpp"
+#include "ddpv/nn/layer_profile.hpp"
 #include "ddpv/nn/model.hpp"
 #include "support/test_support.hpp"
 
@@ -295,6 +297,62 @@ TEST(ModelTest, LenetLearnsSeparableProblem) {
                    m->momentum_data());
   }
   EXPECT_GT(acc, 0.95);
+}
+
+// Note [Layer profile]: with profiling on, every layer of resnet20 run unfused (each BatchNorm,
+// ReLU and residual addition on its own) is timed in forward and backward, and the times
+// account for the steps' wall time measured around them; with profiling off nothing is timed.
+TEST(ModelTest, LayerProfileTimesEveryLayer) {
+  BackendOptions o;
+  o.threads = 1;
+  o.fuse_layers = false;
+  auto be = make_backend(o);
+  auto m = make_model("resnet20", *be, Shape{32, 32, 3}, 10);
+  m->init_parameters(5);
+  const int n = 8;
+  auto xs = test::random_vector(size_t(n) * 32 * 32 * 3, 6);
+  const Tensor x = Tensor::wrap(xs.data(), Shape{n, 32, 32, 3}, DType::kF32);
+  Tensor d = Tensor::empty(Shape{n, 10}, DType::kF32);
+  std::fill(d.data<float>(), d.data<float>() + n * 10, 0.01f);
+  auto step = [&] {
+    m->forward(x, true);
+    m->backward(d, false);
+  };
+  LayerProfile& profile = LayerProfile::get();
+  profile.reset();
+  step();  // profiling off: nothing is recorded
+  profile.add_step();
+  EXPECT_NE(profile.report().find("no step was timed"), std::string::npos) << profile.report();
+
+  profile.reset();
+  profile.enable(true);
+  const int steps = 3;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < steps; ++i) {
+    step();
+    profile.add_step();
+  }
+  const double wall_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
+      steps;
+  profile.enable(false);
+  const std::string report = profile.report();
+  profile.reset();
+
+  // A row per layer: the stem, every BatchNorm and ReLU of the blocks, the projections, the
+  // residual additions and the classifier.
+  for (const char* layer :
+       {"conv1 ", "bn1 ", "relu ", "layer1.0.conv1 ", "layer1.0.bn2 ", "layer1.0.relu1 ",
+        "layer1.0.add ", "layer2.0.downsample.0 ", "layer3.2.add ", "avgpool ", "fc "})
+    EXPECT_NE(report.find(std::string("  ") + layer), std::string::npos) << layer << "\n" << report;
+  EXPECT_EQ(report.find("  layer1.0 "), std::string::npos) << "a block is not a row of its own";
+  // "... 3 steps, T ms per step timed": T is most of the wall time, and no more than it.
+  const size_t at = report.find("steps, ");
+  ASSERT_NE(at, std::string::npos) << report;
+  const double timed_ms = std::atof(report.c_str() + at + 7);
+  EXPECT_NE(report.find("3 steps"), std::string::npos) << report;
+  EXPECT_LE(timed_ms, wall_ms * 1.01) << report;
+  EXPECT_GE(timed_ms, wall_ms * 0.8) << report;
 }
 
 }  // namespace

@@ -53,6 +53,8 @@ class Layer {
                         bool accumulate, const GradReadyFn& ready) = 0;
 
   virtual std::string describe() const;  // "conv1: conv 3x3/1 pad 1, (32, 32, 3) -> (32, 32, 16)"
+  // A block runs layers of its own, which the profile times instead (Note [Layer profile]).
+  virtual bool is_block() const { return false; }
 
   // Note [Fused ReLU]: a layer followed by a ReLU may apply it in its own forward, for free;
   // the sequence then gives the ReLU's output the same memory, and the ReLU's backward (which

@@ -51,6 +51,7 @@ struct TrainOptions {
   std::string metrics;              // JSON-lines file
   int64_t log_every = 50;           // steps between step records and progress updates
   bool progress = true;             // a progress bar when stdout is a terminal
+  bool profile_layers = false;      // time each layer (Note [Layer profile]); rank 0 prints it
 };
 
 // A mistake in the options: ddpv-train prints it and exits 2 before any training.

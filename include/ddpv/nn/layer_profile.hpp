@@ -1,0 +1,64 @@
+// Per-layer timing of training steps (ddpv-train --profile-layers): where a step's time goes,
+// layer by layer, on any backend.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+
+namespace ddpv {
+
+class Backend;
+
+// Note [Layer profile]: with profiling on, each leaf layer's forward and backward (and each
+// residual block's own additions) is timed between two synchronizations of the backend, so a
+// GPU's queued work is charged to the layer that queued it. The synchronizations cost a GPU
+// its overlap of launches with compute, and the comm stream its overlap with backward: a
+// profiled run is slower than an unprofiled one, and its per-layer times add up to more than
+// the unprofiled step. The profile says where the time goes, not how fast the run is.
+class LayerProfile {
+ public:
+  static LayerProfile& get();  // one per process, off until enable()
+
+  void enable(bool on) { enabled_ = on; }
+  bool enabled() const { return enabled_; }
+  void reset();  // forget what was timed (the trainer calls it after its warm-up steps)
+  void add_step() { ++steps_; }
+
+  // What `name` (a layer's name, or a phase such as "loss") of kind `kind` ("conv 3x3/1",
+  // "batchnorm", ...) took in `phase` ("forward", "backward", "step").
+  void add(const std::string& name, const std::string& kind, const char* phase, double seconds);
+
+  // A table, per step: every entry by forward + backward time, then the totals per kind.
+  std::string report() const;
+
+ private:
+  struct Entry {
+    std::string kind;
+    int order = 0;  // first-seen order, for ties and the forward order of the table
+    double forward = 0, backward = 0, other = 0;
+  };
+  bool enabled_ = false;
+  long steps_ = 0;
+  std::map<std::string, Entry> entries_;
+};
+
+// Times a scope into the profile when it is enabled (nothing otherwise): synchronizes the
+// backend at both ends (Note [Layer profile]).
+class ProfileScope {
+ public:
+  ProfileScope(Backend* backend, const std::string& name, const std::string& kind,
+               const char* phase);
+  ~ProfileScope();
+  ProfileScope(const ProfileScope&) = delete;
+  ProfileScope& operator=(const ProfileScope&) = delete;
+
+ private:
+  Backend* backend_ = nullptr;  // null: profiling is off
+  const std::string* name_ = nullptr;
+  const std::string* kind_ = nullptr;
+  const char* phase_ = nullptr;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace ddpv
