@@ -1,5 +1,7 @@
 // BatchNorm on cuDNN, NHWC fp32 in every precision: training forward (batch statistics, running
 // statistics updated as PyTorch does), inference forward, and backward.
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 
 #include "backend/cuda/cuda_context.hpp"
@@ -14,11 +16,20 @@ namespace {
 //    f = exponentialAverageFactor, and uses the unbiased (N - 1) batch variance for the
 //    running variance; with f = momentum this is exactly PyTorch's update (PyTorch's own CUDA
 //    path calls the same function). The GPU-vs-CPU parity test checks it.
-//  - Mode: CUDNN_BATCHNORM_SPATIAL_PERSISTENT is the fast NHWC kernel (what PyTorch uses for
-//    channels_last training). When cuDNN declines it for a shape (any failure status), the op
-//    falls back to CUDNN_BATCHNORM_SPATIAL for good (a genuine error then fails there too);
-//    forward and backward always use the same mode.
+//  - Mode: CUDNN_BATCHNORM_SPATIAL_PERSISTENT through the *Ex functions, with a workspace and
+//    a reserve space kept from forward to backward: what PyTorch calls for channels_last
+//    training. When cuDNN declines PERSISTENT for a shape (any failure status), the op falls
+//    back to the plain functions in CUDNN_BATCHNORM_SPATIAL for good (a genuine error then
+//    fails there too). A backward that declines the Ex function falls back to the plain one
+//    in the same mode, which reads the same saved statistics.
 //    Inference always uses SPATIAL (PERSISTENT is a training-only mode).
+//    DDPV_CUDA_BN=legacy uses the plain functions (PERSISTENT, then SPATIAL as above) from the
+//    start, for comparisons: what training used until the first GPU run. They take no
+//    workspace; the first H200 run measured resnet50 at 257 images/s in fp32 and 337 in bf16
+//    (PyTorch: 1061 and 4712), the two precisions about 0.7 s a step apart from PyTorch
+//    alike, which points at the fp32 work they share: BatchNorm, ReLU, pooling, the
+//    optimizer. Which of them it is, `ddpv-train --profile-layers` will say on the next GPU
+//    run (docs/performance.md, "Device runs").
 //  - BatchNorm stays fp32 under --precision bf16, as PyTorch's autocast keeps it.
 class CudaBatchNorm final : public BatchNormOp {
  public:
@@ -27,6 +38,8 @@ class CudaBatchNorm final : public BatchNormOp {
         cfg_(cfg),
         saved_mean_(sizeof(float) * cfg.channels),
         saved_inv_var_(sizeof(float) * cfg.channels) {
+    const char* env = std::getenv("DDPV_CUDA_BN");
+    if (env != nullptr && std::strcmp(env, "legacy") == 0) ex_ = false;
     DDPV_CHECK(cfg.channels > 0 && cfg.h > 0 && cfg.w > 0,
                "batchnorm2d: invalid configuration (channels ", cfg.channels, ", ", cfg.h, "x",
                cfg.w, ")");
@@ -42,19 +55,20 @@ class CudaBatchNorm final : public BatchNormOp {
     DDPV_CHECK(int64_t{n} * cfg_.h * cfg_.w > 1,
                "batchnorm2d: training needs more than one value per channel, got batch ", n, " of ",
                cfg_.h, "x", cfg_.w, "; use a larger batch");
-    const float one = 1.0f, zero = 0.0f;
-    auto run = [&](cudnnBatchNormMode_t mode) {
+    auto plain = [&] {
+      const float one = 1.0f, zero = 0.0f;
       return cudnnBatchNormalizationForwardTraining(
-          ctx_->cudnn(), mode, &one, &zero, x_desc_.get(), x, x_desc_.get(), y, bn_desc_.get(),
+          ctx_->cudnn(), mode_, &one, &zero, x_desc_.get(), x, x_desc_.get(), y, bn_desc_.get(),
           gamma, beta, static_cast<double>(cfg_.momentum), running_mean, running_var,
           static_cast<double>(cfg_.eps), saved_mean_.get(), saved_inv_var_.get());
     };
-    cudnnStatus_t status = run(mode_);
+    cudnnStatus_t status = ex_ ? forward_ex(x, gamma, beta, y, running_mean, running_var) : plain();
     if (status != CUDNN_STATUS_SUCCESS && mode_ == CUDNN_BATCHNORM_SPATIAL_PERSISTENT) {
       DDPV_DEBUG("cuda batchnorm: persistent mode refused (", cudnnGetErrorString(status),
                  ") for C=", cfg_.channels, " ", cfg_.h, "x", cfg_.w, ", using spatial mode");
+      ex_ = false;
       mode_ = CUDNN_BATCHNORM_SPATIAL;
-      status = run(mode_);
+      status = plain();
     }
     DDPV_CUDNN_CHECK(status);
     trained_n_ = n;
@@ -75,13 +89,58 @@ class CudaBatchNorm final : public BatchNormOp {
                " does not follow a forward_train of that batch (last was ", trained_n_, ")");
     set_batch(n);
     const float one = 1.0f, zero = 0.0f;
+    const float* beta_param = accumulate ? &one : &zero;
+    if (ex_) {
+      size_t ws_bytes = 0;
+      cudnnStatus_t status = cudnnGetBatchNormalizationBackwardExWorkspaceSize(
+          ctx_->cudnn(), mode_, CUDNN_BATCHNORM_OPS_BN, x_desc_.get(), x_desc_.get(), x_desc_.get(),
+          nullptr, x_desc_.get(), bn_desc_.get(), nullptr, &ws_bytes);
+      if (status == CUDNN_STATUS_SUCCESS) {
+        void* ws = ctx_->workspace(ws_bytes);
+        status = cudnnBatchNormalizationBackwardEx(
+            ctx_->cudnn(), mode_, CUDNN_BATCHNORM_OPS_BN, &one, &zero, &one, beta_param,
+            x_desc_.get(), x, nullptr, nullptr, x_desc_.get(), dy, nullptr, nullptr, x_desc_.get(),
+            dx, bn_desc_.get(), gamma, nullptr, dgamma, dbeta, static_cast<double>(cfg_.eps),
+            saved_mean_.get(), saved_inv_var_.get(), nullptr, ws, ws_bytes, reserve_.get(),
+            reserve_.size());
+      }
+      if (status == CUDNN_STATUS_SUCCESS) return;
+      // The saved statistics are the plain functions' too: they take over from here.
+      DDPV_DEBUG("cuda batchnorm: backward with a workspace refused (", cudnnGetErrorString(status),
+                 ") for C=", cfg_.channels, " ", cfg_.h, "x", cfg_.w,
+                 ", using the plain functions");
+      ex_ = false;
+    }
     DDPV_CUDNN_CHECK(cudnnBatchNormalizationBackward(
-        ctx_->cudnn(), mode_, &one, &zero, &one, accumulate ? &one : &zero, x_desc_.get(), x,
-        x_desc_.get(), dy, x_desc_.get(), dx, bn_desc_.get(), gamma, dgamma, dbeta,
-        static_cast<double>(cfg_.eps), saved_mean_.get(), saved_inv_var_.get()));
+        ctx_->cudnn(), mode_, &one, &zero, &one, beta_param, x_desc_.get(), x, x_desc_.get(), dy,
+        x_desc_.get(), dx, bn_desc_.get(), gamma, dgamma, dbeta, static_cast<double>(cfg_.eps),
+        saved_mean_.get(), saved_inv_var_.get()));
   }
 
  private:
+  // The Ex forward in PERSISTENT mode; its status (a refusal is not an error: the caller falls
+  // back). The reserve space it fills is what backward reads.
+  cudnnStatus_t forward_ex(const float* x, const float* gamma, const float* beta, float* y,
+                           float* running_mean, float* running_var) {
+    const float one = 1.0f, zero = 0.0f;
+    size_t ws_bytes = 0, reserve_bytes = 0;
+    cudnnStatus_t status = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+        ctx_->cudnn(), mode_, CUDNN_BATCHNORM_OPS_BN, x_desc_.get(), x_desc_.get(), x_desc_.get(),
+        bn_desc_.get(), nullptr, &ws_bytes);
+    if (status == CUDNN_STATUS_SUCCESS) {
+      status = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
+          ctx_->cudnn(), mode_, CUDNN_BATCHNORM_OPS_BN, nullptr, x_desc_.get(), &reserve_bytes);
+    }
+    if (status != CUDNN_STATUS_SUCCESS) return status;
+    if (reserve_bytes > reserve_.size()) reserve_ = DeviceMemory(reserve_bytes);
+    void* ws = ctx_->workspace(ws_bytes);
+    return cudnnBatchNormalizationForwardTrainingEx(
+        ctx_->cudnn(), mode_, CUDNN_BATCHNORM_OPS_BN, &one, &zero, x_desc_.get(), x, nullptr,
+        nullptr, x_desc_.get(), y, bn_desc_.get(), gamma, beta, static_cast<double>(cfg_.momentum),
+        running_mean, running_var, static_cast<double>(cfg_.eps), saved_mean_.get(),
+        saved_inv_var_.get(), nullptr, ws, ws_bytes, reserve_.get(), reserve_bytes);
+  }
+
   void set_batch(int n) {
     DDPV_CHECK(n > 0, "batchnorm2d: batch size must be positive, got ", n);
     if (n == n_) return;
@@ -97,6 +156,8 @@ class CudaBatchNorm final : public BatchNormOp {
   BatchNormConfig cfg_;
   TensorDesc x_desc_, bn_desc_;
   DeviceMemory saved_mean_, saved_inv_var_;  // (C): kept by forward_train for backward
+  DeviceMemory reserve_;  // the Ex path's reserve space, kept by forward_train for backward
+  bool ex_ = true;        // the Ex functions (Note [BatchNorm on cuDNN])
   cudnnBatchNormMode_t mode_ = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
   int n_ = -1, trained_n_ = -1;
 };
