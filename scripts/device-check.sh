@@ -8,12 +8,15 @@
 #   3. runs the GPU tests (cuda_*_test, and the op tests, whose CUDA cases run there);
 #   4. measures resnet50 224x224 --synthetic training throughput at batch 256, fp32 and bf16,
 #      with ddpv-train, and PyTorch's for the same model (channels_last, AMP bf16), and prints
-#      both and the ratio.
+#      both and the ratio;
+#   5. profiles both: ddpv-train --profile-layers (with the cuDNN algorithm choices from the
+#      debug log) and PyTorch's profiler, in profile-*.txt (PROFILE=0 skips it).
 # Everything it prints also goes to $OUT/device-check.txt (OUT defaults to ./device-check-out),
 # with a dated entry for docs/performance.md in $OUT/performance-entry.md.
 #
 #   device tool: run(command="scripts/device-check.sh", carry=[".devlibs"], timeout_s=420)
 #   knobs (environment): STEPS=30 WARMUP=10 BATCH=256 DDPV_DEVICE_BUILD=auto|1 SKIP_TESTS=1
+#                        PROFILE=1 PROFILE_STEPS=6 RATES=1 (0: skip part 4)
 # Exit status 0: every test passed and all four rates were measured; 1 otherwise; 2: no setup.
 set -uo pipefail
 
@@ -263,7 +266,9 @@ EOF
 
 declare -A OURS THEIRS
 for prec in fp32 bf16; do
-  if time_left; then
+  if [[ ${RATES:-1} != 1 ]]; then
+    OURS[$prec]=skipped
+  elif time_left; then
     say "ddpv-train resnet50 $prec, batch $BATCH, $WARMUP + $STEPS steps"
     OURS[$prec]=$(ddpv_rate "$prec")
     say "  ddpv $prec: ${OURS[$prec]}$([[ ${OURS[$prec]} == failed ]] || echo ' img/s')"
@@ -271,7 +276,7 @@ for prec in fp32 bf16; do
     OURS[$prec]=skipped
   fi
 done
-if time_left; then
+if [[ ${RATES:-1} == 1 ]] && time_left; then
   say "PyTorch resnet50 (channels_last; bf16 = AMP autocast), batch $BATCH, $WARMUP + $STEPS steps"
   while read -r prec rate src; do
     [[ $prec == fp32 || $prec == bf16 ]] || continue
@@ -279,6 +284,72 @@ if time_left; then
     say "  torch $prec: $rate img/s ($src)"
   done < <(torch_rates 2>"$OUT_DIR/torch.log")
   [[ -n ${THEIRS[bf16]:-} ]] || tail -5 "$OUT_DIR/torch.log" | tee -a "$REPORT"
+fi
+
+# ---- 5. where the time goes: our layer profile and PyTorch's, resnet50 fp32 and bf16 ----------
+# ddpv-train --profile-layers (Note [Layer profile]) with the debug log, which names the cuDNN
+# algorithm each convolution chose and what cudnnFind timed it at; PyTorch's profiler over the
+# same steps of its twin. PROFILE=0 skips this part.
+PROFILE_STEPS=${PROFILE_STEPS:-6}
+ddpv_profile() {  # precision [batchnorm path] -> $OUT_DIR/profile-ddpv-PREC[-PATH].txt
+  local prec=$1 bn=${2:-} total=$((PROFILE_STEPS + 5))
+  local file=$OUT_DIR/profile-ddpv-$prec${bn:+-$bn}.txt
+  DDPV_CUDA_BN=$bn DDPV_LOG_LEVEL=debug timeout 120 "$BIN/ddpv-train" --model resnet50 \
+    --synthetic --device cuda --batch-size "$BATCH" --synthetic-size $((BATCH * total)) \
+    --max-steps "$total" --precision "$prec" --profile-layers --no-progress >"$file" 2>&1 ||
+    say "  ddpv profile $prec ${bn:-}: exit status $?"
+  sed -n '/^layer profile/,/^  by kind/p' "$file" | head -25 | tee -a "$REPORT"
+  sed -n '/^  by kind/,/^done/p' "$file" | tee -a "$REPORT"
+}
+torch_profile() {  # -> $OUT_DIR/profile-torch.txt
+  LD_LIBRARY_PATH=$ORIG_LD PYTHONUNBUFFERED=1 timeout 150 $PY - "$ROOT" "$BATCH" "$PROFILE_STEPS" \
+    >"$OUT_DIR/profile-torch.txt" 2>&1 <<'EOF2'
+import os, sys
+import torch
+import torch.nn.functional as F
+from torch.profiler import profile, ProfilerActivity
+root, batch, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+sys.path.insert(0, os.path.join(root, "scripts"))
+from ddpv_torch import make_model
+torch.backends.cudnn.benchmark = True
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+for prec in ("fp32", "bf16"):
+    model = make_model("resnet50", (224, 224, 3), 1000).cuda().to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+    x = torch.randn(batch, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
+    y = torch.randint(0, 1000, (batch,), device="cuda")
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=prec == "bf16"):
+            loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+    for _ in range(5):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as p:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    print("== torch", prec, "per", steps, "steps")
+    print(p.key_averages().table(sort_by="cuda_time_total", row_limit=22, max_name_column_width=70))
+    del model, opt, x, y
+    torch.cuda.empty_cache()
+EOF2
+}
+if [[ ${PROFILE:-1} == 1 ]]; then
+  for prec in fp32 bf16; do
+    if time_left; then say "profile: ddpv-train resnet50 $prec, 5 + $PROFILE_STEPS steps"; ddpv_profile "$prec"; fi
+  done
+  # BatchNorm through cuDNN's plain functions, as before the first GPU run (Note [BatchNorm on
+  # cuDNN]): the comparison that says whether the Ex functions paid.
+  if time_left; then say "profile: the same, fp32, DDPV_CUDA_BN=legacy"; ddpv_profile fp32 legacy; fi
+  if time_left; then
+    say "profile: PyTorch resnet50, $PROFILE_STEPS steps each precision"
+    torch_profile || say "  torch profile: exit status $?"
+    grep -A14 '^== torch' "$OUT_DIR/profile-torch.txt" | cut -c1-150 | tee -a "$REPORT"
+  fi
 fi
 
 # ---- summary -------------------------------------------------------------------------------
