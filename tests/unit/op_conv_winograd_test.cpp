@@ -16,6 +16,18 @@ namespace {
 
 // ---- Winograd convolution on the CPU (Note [Winograd convolution]) --------------------------
 
+// The builds of the loops this CPU can run: baseline, AVX2 + FMA, AVX-512.
+std::vector<const cpu::WinogradKernels*> kernel_builds(int m, int r) {
+  std::vector<const cpu::WinogradKernels*> out{cpu::winograd_kernels_generic(m, r)};
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      cpu::winograd_kernels_avx2(m, r) != nullptr)
+    out.push_back(cpu::winograd_kernels_avx2(m, r));
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+      cpu::winograd_kernels_avx512(m, r) != nullptr)
+    out.push_back(cpu::winograd_kernels_avx512(m, r));
+  return out;
+}
+
 // The matrices compute a 1-D correlation y_i = sum_k g_k d_{i+k} exactly (in double), and to
 // float rounding when narrowed to the float matrices the loops use.
 TEST(WinogradMatrices, ComputeTheOneDimensionalCorrelation) {
@@ -140,64 +152,66 @@ TEST(ConvOpWinograd, MatchesTheNaiveLoopInEveryLayout) {
 }
 
 // The loops built for the baseline instruction set (what a CPU without AVX2 + FMA runs) give
-// what the AVX2 ones give, transform by transform, on a geometry with partial tiles.
+// what the AVX2 ones (and the AVX-512 ones) give, transform by transform, on a geometry with
+// partial tiles.
 TEST(ConvOpWinograd, BaselineLoopsMatchTheAvx2Ones) {
-  const cpu::WinogradKernels* avx2 = cpu::winograd_kernels_avx2(4, 5);
-  if (avx2 == nullptr || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+  if (kernel_builds(4, 5).size() < 2)
     GTEST_SKIP() << "no AVX2 + FMA here: only the baseline loops exist";
-  for (auto [m, r] : {std::pair{2, 3}, {4, 3}, {2, 5}, {4, 5}}) {
-    SCOPED_TRACE("F(" + std::to_string(m) + "," + std::to_string(r) + ")");
-    const cpu::WinogradKernels* fast = cpu::winograd_kernels_avx2(m, r);
-    const cpu::WinogradKernels* base = cpu::winograd_kernels_generic(m, r);
-    ASSERT_NE(fast, nullptr);
-    ASSERT_NE(base, nullptr);
-    const cpu::WinogradMatrices mat = cpu::winograd_matrices(m, r);
-    cpu::WinogradGeometry g;
-    g.m = m;
-    g.r = r;
-    g.alpha = mat.alpha;
-    g.pad = r / 2;
-    g.in_h = 9;
-    g.in_w = 7;
-    g.out_h = g.in_h + 2 * g.pad - r + 1;
-    g.out_w = g.in_w + 2 * g.pad - r + 1;
-    g.tiles_h = (g.out_h + m - 1) / m;
-    g.tiles_w = (g.out_w + m - 1) / m;
-    g.cin = g.in_block = 16;
-    g.cout = 24;
-    g.out_block = 8;
-    const int n = 2;
-    const int64_t rows = int64_t{n} * g.tiles();
-    const auto x = random_vector(size_t(n) * g.in_h * g.in_w * g.cin, 31);
-    const auto dy = random_vector(size_t(n) * g.out_h * g.out_w * g.cout, 32);
-    const auto t_in = random_vector(size_t(rows * cpu::winograd_tile_stride(g.alpha, g.cin)), 33);
-    const auto t_out = random_vector(size_t(rows * cpu::winograd_tile_stride(g.alpha, g.cout)), 34);
-    const auto bias = random_vector(size_t(g.cout), 35);
-    cpu::WinogradGeometry gp = g;  // Note [Max pooling fused into the convolution]
-    gp.relu = true;
-    gp.pool = 2;
-    const size_t cells = size_t(n) * (g.out_h / 2) * (g.out_w / 2) * g.cout;
-    const auto dpooled = random_vector(cells, 36);
-    auto run = [&](const cpu::WinogradKernels* k) {
-      std::vector<float> v(t_in.size()), y(dy.size()), dm(t_out.size()), dx(x.size(), 0.5f),
-          db(bias), pooled(cells), dmp(t_out.size()), dbp(bias);
-      std::vector<int32_t> at(cells);
-      k->input(g, mat.bt.data(), x.data(), 0, n, v.data());
-      k->output(g, mat.at.data(), t_out.data(), bias.data(), 0, n, y.data(), nullptr);
-      k->output_adjoint(g, mat.at.data(), dy.data(), nullptr, 0, n, dm.data(), db.data());
-      k->input_adjoint(g, mat.bt.data(), t_in.data(), 0, n, dx.data());
-      k->output(gp, mat.at.data(), t_out.data(), bias.data(), 0, n, pooled.data(), at.data());
-      k->output_adjoint(gp, mat.at.data(), dpooled.data(), at.data(), 0, n, dmp.data(), dbp.data());
-      return std::vector<std::vector<float>>{
-          v, y, dm, dx, db, pooled, std::vector<float>(at.begin(), at.end()), dmp, dbp};
-    };
-    const auto want = run(fast), got = run(base);
-    const char* names[] = {
-        "input",         "output",    "output_adjoint",        "input_adjoint",   "bias sums",
-        "output pooled", "positions", "output_adjoint pooled", "bias sums pooled"};
-    for (size_t i = 0; i < want.size(); ++i)
-      EXPECT_TRUE(winograd_close(got[i], to_double(want[i]))) << names[i];
-  }
+  for (auto [m, r] : {std::pair{2, 3}, {4, 3}, {2, 5}, {4, 5}})
+    for (const cpu::WinogradKernels* fast : kernel_builds(m, r)) {
+      SCOPED_TRACE("F(" + std::to_string(m) + "," + std::to_string(r) + ")");
+      const cpu::WinogradKernels* base = cpu::winograd_kernels_generic(m, r);
+      ASSERT_NE(base, nullptr);
+      if (fast == base) continue;
+      const cpu::WinogradMatrices mat = cpu::winograd_matrices(m, r);
+      cpu::WinogradGeometry g;
+      g.m = m;
+      g.r = r;
+      g.alpha = mat.alpha;
+      g.pad = r / 2;
+      g.in_h = 9;
+      g.in_w = 7;
+      g.out_h = g.in_h + 2 * g.pad - r + 1;
+      g.out_w = g.in_w + 2 * g.pad - r + 1;
+      g.tiles_h = (g.out_h + m - 1) / m;
+      g.tiles_w = (g.out_w + m - 1) / m;
+      g.cin = g.in_block = 16;
+      g.cout = 24;
+      g.out_block = 8;
+      const int n = 2;
+      const int64_t rows = int64_t{n} * g.tiles();
+      const auto x = random_vector(size_t(n) * g.in_h * g.in_w * g.cin, 31);
+      const auto dy = random_vector(size_t(n) * g.out_h * g.out_w * g.cout, 32);
+      const auto t_in = random_vector(size_t(rows * cpu::winograd_tile_stride(g.alpha, g.cin)), 33);
+      const auto t_out =
+          random_vector(size_t(rows * cpu::winograd_tile_stride(g.alpha, g.cout)), 34);
+      const auto bias = random_vector(size_t(g.cout), 35);
+      cpu::WinogradGeometry gp = g;  // Note [Max pooling fused into the convolution]
+      gp.relu = true;
+      gp.pool = 2;
+      const size_t cells = size_t(n) * (g.out_h / 2) * (g.out_w / 2) * g.cout;
+      const auto dpooled = random_vector(cells, 36);
+      auto run = [&](const cpu::WinogradKernels* k) {
+        std::vector<float> v(t_in.size()), y(dy.size()), dm(t_out.size()), dx(x.size(), 0.5f),
+            db(bias), pooled(cells), dmp(t_out.size()), dbp(bias);
+        std::vector<int32_t> at(cells);
+        k->input(g, mat.bt.data(), x.data(), 0, n, v.data());
+        k->output(g, mat.at.data(), t_out.data(), bias.data(), 0, n, y.data(), nullptr);
+        k->output_adjoint(g, mat.at.data(), dy.data(), nullptr, 0, n, dm.data(), db.data());
+        k->input_adjoint(g, mat.bt.data(), t_in.data(), 0, n, dx.data());
+        k->output(gp, mat.at.data(), t_out.data(), bias.data(), 0, n, pooled.data(), at.data());
+        k->output_adjoint(gp, mat.at.data(), dpooled.data(), at.data(), 0, n, dmp.data(),
+                          dbp.data());
+        return std::vector<std::vector<float>>{
+            v, y, dm, dx, db, pooled, std::vector<float>(at.begin(), at.end()), dmp, dbp};
+      };
+      const auto want = run(fast), got = run(base);
+      const char* names[] = {
+          "input",         "output",    "output_adjoint",        "input_adjoint",   "bias sums",
+          "output pooled", "positions", "output_adjoint pooled", "bias sums pooled"};
+      for (size_t i = 0; i < want.size(); ++i)
+        EXPECT_TRUE(winograd_close(got[i], to_double(want[i]))) << names[i];
+    }
 }
 
 // The filter transform u = g w g^T and its adjoint (Note [Filter transforms in registers]),
@@ -231,9 +245,7 @@ TEST(ConvOpWinograd, FilterTransformsApplyTheMatrices) {
     ASSERT_NEAR(lhs, rhs, 1e-9 * std::max(1.0, std::abs(lhs)));
     cpu::WinogradGeometry geo;
     geo.m = m, geo.r = r, geo.alpha = a, geo.cin = cin, geo.cout = cout;
-    for (const cpu::WinogradKernels* k :
-         {cpu::winograd_kernels_generic(m, r), cpu::winograd_kernels_avx2(m, r)}) {
-      if (k == nullptr) continue;  // no AVX2 build
+    for (const cpu::WinogradKernels* k : kernel_builds(m, r)) {
       SCOPED_TRACE("F(" + std::to_string(m) + "," + std::to_string(r) + ")");
       std::vector<float> u(du.size()), dw(w.size()), dw_added(w.size(), 0.5f);
       k->filter(geo, mat.g.data(), w.data(), u.data());
@@ -248,14 +260,21 @@ TEST(ConvOpWinograd, FilterTransformsApplyTheMatrices) {
   }
 }
 
-// The per-point products against a naive loop in double, in both instruction sets: A read in
+// The per-point products against a naive loop in double, in every instruction set: A read in
 // place (the forward and backward-data layouts) and as A^T with k strided, which goes through
 // packed panels (Note [Packed weight-gradient panels]), with k past one panel, row counts that
 // leave partial blocks, a last column block of 8, and accumulate on and off.
 TEST(ConvOpWinograd, GemmsMatchNaiveProducts) {
   const int points = 3;
   // m % 8 != 0 (13) keeps A^T in place; the others pack it.
-  for (auto [m, n, k] : {std::tuple{32, 64, 32}, {16, 24, 100}, {13, 24, 100}, {40, 8, 7}}) {
+  // n = 56: the wide loops' 32- and 16-column blocks and an 8-column one (Note [Wide
+  // Winograd GEMMs]); m = 40: partial blocks of both widths' row counts.
+  for (auto [m, n, k] : {std::tuple{32, 64, 32},
+                         {16, 24, 100},
+                         {13, 24, 100},
+                         {40, 8, 7},
+                         {20, 56, 70},
+                         {40, 56, 9}}) {
     for (bool transposed : {false, true}) {
       for (bool accumulate : {false, true}) {
         SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
@@ -282,9 +301,7 @@ TEST(ConvOpWinograd, GemmsMatchNaiveProducts) {
                        b[size_t(p * g.b_point + kk * g.ldb + j)];
               want[size_t(p * g.c_point + i * g.ldc + j)] = sum;
             }
-        for (const cpu::WinogradKernels* kern :
-             {cpu::winograd_kernels_generic(4, 5), cpu::winograd_kernels_avx2(4, 5)}) {
-          if (kern == nullptr) continue;  // no AVX2 build
+        for (const cpu::WinogradKernels* kern : kernel_builds(4, 5)) {
           std::vector<float> c = c0;
           g.a = a.data(), g.b = b.data(), g.c = c.data();
           kern->gemm(g);
@@ -322,7 +339,7 @@ TEST(ConvOpWinograd, AutoPicksPerLayer) {
   const ConvCase resnet20_stage1{64, 16, 16, 32, 32, 3, 1, 1, false};
   EXPECT_EQ(conv(*autob, resnet20_stage1), "winograd F(4x4,3x3)");
   EXPECT_EQ(conv(*direct, resnet20_stage1), "direct");
-  EXPECT_EQ(conv(*autob, ConvCase{64, 8, 16, 32, 32, 3, 1, 1, false}), "direct");  // 8 channels
+  EXPECT_EQ(conv(*autob, ConvCase{64, 8, 16, 32, 32, 3, 1, 1, false}), "direct");   // 8 channels
   EXPECT_EQ(conv(*autob, ConvCase{64, 16, 32, 32, 32, 3, 2, 1, false}), "direct");  // stride 2
 }
 

@@ -202,7 +202,9 @@ class PageBuffer {
 
 const WinogradKernels* kernels_for(int m, int r) {
   const WinogradKernels* k = nullptr;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl"))
+    k = winograd_kernels_avx512(m, r);  // Note [Wide Winograd GEMMs]
+  if (k == nullptr && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
     k = winograd_kernels_avx2(m, r);
   if (k == nullptr) k = winograd_kernels_generic(m, r);
   DDPV_CHECK(k != nullptr, "winograd: no loops built for F(", m, "x", m, ",", r, "x", r, ")");

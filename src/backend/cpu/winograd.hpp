@@ -107,6 +107,7 @@ struct WinogradKernels {
 };
 // The loops for F(m x m, r x r) compiled for AVX2 + FMA (null where not built or no such
 // instance), and for the baseline instruction set (null where no such instance).
+const WinogradKernels* winograd_kernels_avx512(int m, int r);
 const WinogradKernels* winograd_kernels_avx2(int m, int r);
 const WinogradKernels* winograd_kernels_generic(int m, int r);
 
