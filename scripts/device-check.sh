@@ -190,14 +190,18 @@ EOF
 }
 
 # ---- 4b. throughput: PyTorch, the same model (scripts/ddpv_torch.py's twin of our resnet50) --
+# With PROFILE=1 it then runs PyTorch's profiler over PROFILE_STEPS more steps of each model,
+# into profile-torch.txt (part 5).
 torch_rates() {  # prints "fp32 RATE" and "bf16 RATE" lines
-  LD_LIBRARY_PATH=$ORIG_LD PYTHONUNBUFFERED=1 timeout 200 $PY - "$ROOT" "$BATCH" "$WARMUP" "$STEPS" <<'EOF'
+  LD_LIBRARY_PATH=$ORIG_LD PYTHONUNBUFFERED=1 timeout 240 $PY - "$ROOT" "$BATCH" "$WARMUP" "$STEPS" \
+    "$TORCH_PROFILE_STEPS" "$OUT_DIR/profile-torch.txt" <<'EOF'
 import os, sys, time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-root, batch, warmup, steps = sys.argv[1], *map(int, sys.argv[2:5])
+root, batch, warmup, steps, profile_steps = sys.argv[1], *map(int, sys.argv[2:6])
+profile_file = sys.argv[6]
 sys.path.insert(0, os.path.join(root, "scripts"))
 
 def resnet50_inline():
@@ -258,7 +262,18 @@ for prec in ("fp32", "bf16"):
     for _ in range(steps):
         step()
     torch.cuda.synchronize()
-    print(prec, "%.1f" % (steps * batch / (time.perf_counter() - t0)), src, flush=True)
+    if steps > 0:
+        print(prec, "%.1f" % (steps * batch / (time.perf_counter() - t0)), src, flush=True)
+    if profile_steps > 0:
+        from torch.profiler import profile, ProfilerActivity
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(profile_steps):
+                step()
+            torch.cuda.synchronize()
+        with open(profile_file, "a") as f:
+            f.write("== torch %s, %d steps (%s)\n" % (prec, profile_steps, src))
+            f.write(prof.key_averages().table(sort_by="cuda_time_total", row_limit=22,
+                                              max_name_column_width=70) + "\n")
     del model, opt, x, y
     torch.cuda.empty_cache()
 EOF
@@ -276,21 +291,23 @@ for prec in fp32 bf16; do
     OURS[$prec]=skipped
   fi
 done
-if [[ ${RATES:-1} == 1 ]] && time_left; then
-  say "PyTorch resnet50 (channels_last; bf16 = AMP autocast), batch $BATCH, $WARMUP + $STEPS steps"
+PROFILE_STEPS=${PROFILE_STEPS:-6}
+TORCH_PROFILE_STEPS=$([[ ${PROFILE:-1} == 1 ]] && echo "$PROFILE_STEPS" || echo 0)
+if [[ ${RATES:-1} == 1 || $TORCH_PROFILE_STEPS != 0 ]] && time_left; then
+  [[ ${RATES:-1} == 1 ]] || STEPS=0
+  say "PyTorch resnet50 (channels_last; bf16 = AMP autocast), batch $BATCH, $WARMUP + $STEPS steps, then $TORCH_PROFILE_STEPS profiled"
   while read -r prec rate src; do
     [[ $prec == fp32 || $prec == bf16 ]] || continue
     THEIRS[$prec]=$rate
     say "  torch $prec: $rate img/s ($src)"
   done < <(torch_rates 2>"$OUT_DIR/torch.log")
-  [[ -n ${THEIRS[bf16]:-} ]] || tail -5 "$OUT_DIR/torch.log" | tee -a "$REPORT"
+  [[ ${RATES:-1} != 1 || -n ${THEIRS[bf16]:-} ]] || tail -5 "$OUT_DIR/torch.log" | tee -a "$REPORT"
 fi
 
 # ---- 5. where the time goes: our layer profile and PyTorch's, resnet50 fp32 and bf16 ----------
 # ddpv-train --profile-layers (Note [Layer profile]) with the debug log, which names the cuDNN
-# algorithm each convolution chose and what cudnnFind timed it at; PyTorch's profiler over the
-# same steps of its twin. PROFILE=0 skips this part.
-PROFILE_STEPS=${PROFILE_STEPS:-6}
+# algorithm each convolution chose and what cudnnFind timed it at; PyTorch's profile of its
+# twin came from part 4. PROFILE=0 skips this part.
 ddpv_profile() {  # precision [batchnorm path] -> $OUT_DIR/profile-ddpv-PREC[-PATH].txt
   local prec=$1 bn=${2:-} total=$((PROFILE_STEPS + 5))
   local file=$OUT_DIR/profile-ddpv-$prec${bn:+-$bn}.txt
@@ -301,43 +318,6 @@ ddpv_profile() {  # precision [batchnorm path] -> $OUT_DIR/profile-ddpv-PREC[-PA
   sed -n '/^layer profile/,/^  by kind/p' "$file" | head -25 | tee -a "$REPORT"
   sed -n '/^  by kind/,/^done/p' "$file" | tee -a "$REPORT"
 }
-torch_profile() {  # -> $OUT_DIR/profile-torch.txt
-  LD_LIBRARY_PATH=$ORIG_LD PYTHONUNBUFFERED=1 timeout 150 $PY - "$ROOT" "$BATCH" "$PROFILE_STEPS" \
-    >"$OUT_DIR/profile-torch.txt" 2>&1 <<'EOF2'
-import os, sys
-import torch
-import torch.nn.functional as F
-from torch.profiler import profile, ProfilerActivity
-root, batch, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-sys.path.insert(0, os.path.join(root, "scripts"))
-from ddpv_torch import make_model
-torch.backends.cudnn.benchmark = True
-torch.backends.cuda.matmul.allow_tf32 = False
-torch.backends.cudnn.allow_tf32 = False
-for prec in ("fp32", "bf16"):
-    model = make_model("resnet50", (224, 224, 3), 1000).cuda().to(memory_format=torch.channels_last)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
-    x = torch.randn(batch, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
-    y = torch.randint(0, 1000, (batch,), device="cuda")
-    def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=prec == "bf16"):
-            loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-    for _ in range(5):
-        step()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as p:
-        for _ in range(steps):
-            step()
-        torch.cuda.synchronize()
-    print("== torch", prec, "per", steps, "steps")
-    print(p.key_averages().table(sort_by="cuda_time_total", row_limit=22, max_name_column_width=70))
-    del model, opt, x, y
-    torch.cuda.empty_cache()
-EOF2
-}
 if [[ ${PROFILE:-1} == 1 ]]; then
   for prec in fp32 bf16; do
     if time_left; then say "profile: ddpv-train resnet50 $prec, 5 + $PROFILE_STEPS steps"; ddpv_profile "$prec"; fi
@@ -345,9 +325,7 @@ if [[ ${PROFILE:-1} == 1 ]]; then
   # BatchNorm through cuDNN's plain functions, as before the first GPU run (Note [BatchNorm on
   # cuDNN]): the comparison that says whether the Ex functions paid.
   if time_left; then say "profile: the same, fp32, DDPV_CUDA_BN=legacy"; ddpv_profile fp32 legacy; fi
-  if time_left; then
-    say "profile: PyTorch resnet50, $PROFILE_STEPS steps each precision"
-    torch_profile || say "  torch profile: exit status $?"
+  if [[ -s $OUT_DIR/profile-torch.txt ]]; then  # written in part 4
     grep -A14 '^== torch' "$OUT_DIR/profile-torch.txt" | cut -c1-150 | tee -a "$REPORT"
   fi
 fi
