@@ -22,7 +22,7 @@ class LayerProfile {
 
   void enable(bool on) { enabled_ = on; }
   bool enabled() const { return enabled_; }
-  void reset();  // forget what was timed (the trainer calls it after its warm-up steps)
+  void reset();  // forget what was timed
   void add_step() { ++steps_; }
 
   // What `name` (a layer's name, or a phase such as "loss") of kind `kind` ("conv 3x3/1",
@@ -35,7 +35,7 @@ class LayerProfile {
  private:
   struct Entry {
     std::string kind;
-    int order = 0;  // first-seen order, for ties and the forward order of the table
+    int order = 0;  // first-seen order: ties in the table keep it
     double forward = 0, backward = 0, other = 0;
   };
   bool enabled_ = false;

@@ -105,8 +105,8 @@ struct WinogradKernels {
                          const float* u, const float* xp, const float* bias, int n0, int n1,
                          float* y, int32_t* positions);
 };
-// The loops for F(m x m, r x r) compiled for AVX2 + FMA (null where not built or no such
-// instance), and for the baseline instruction set (null where no such instance).
+// The loops for F(m x m, r x r) compiled for AVX-512 and for AVX2 + FMA (null where not built
+// or no such instance), and for the baseline instruction set (null where no such instance).
 const WinogradKernels* winograd_kernels_avx512(int m, int r);
 const WinogradKernels* winograd_kernels_avx2(int m, int r);
 const WinogradKernels* winograd_kernels_generic(int m, int r);
