@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
 #include <vector>
 
 #include "ddpv/backend/backend.hpp"
@@ -20,7 +19,7 @@ void LayerProfile::reset() {
   steps_ = 0;
 }
 
-void LayerProfile::add(const std::string& name, const std::string& kind, const char* phase,
+void LayerProfile::add(const std::string& name, const std::string& kind, ProfilePhase phase,
                        double seconds) {
   auto [it, fresh] = entries_.try_emplace(name);
   Entry& e = it->second;
@@ -28,12 +27,16 @@ void LayerProfile::add(const std::string& name, const std::string& kind, const c
     e.kind = kind;
     e.order = static_cast<int>(entries_.size());
   }
-  if (!std::strcmp(phase, "forward")) {
-    e.forward += seconds;
-  } else if (!std::strcmp(phase, "backward")) {
-    e.backward += seconds;
-  } else {
-    e.other += seconds;
+  switch (phase) {
+    case ProfilePhase::kForward:
+      e.forward += seconds;
+      break;
+    case ProfilePhase::kBackward:
+      e.backward += seconds;
+      break;
+    case ProfilePhase::kOther:
+      e.other += seconds;
+      break;
   }
 }
 
@@ -87,7 +90,7 @@ std::string LayerProfile::report() const {
 }
 
 ProfileScope::ProfileScope(Backend* backend, const std::string& name, const std::string& kind,
-                           const char* phase) {
+                           ProfilePhase phase) {
   if (backend == nullptr || !LayerProfile::get().enabled()) return;
   backend_ = backend;
   name_ = &name;

@@ -33,7 +33,7 @@ class ResidualBlock final : public Layer {
     check_input(x);
     const Tensor& m = main_.forward(x, training);
     const Tensor& s = shortcut_.forward(x, training);
-    ProfileScope timed(backend_, profile_name_, profile_kind_, "forward");
+    ProfileScope timed(backend_, profile_name_, profile_kind_, ProfilePhase::kForward);
     backend_->add_relu(y.numel(), m.data<float>(), s.data<float>(), y.data<float>());
   }
 
@@ -41,7 +41,7 @@ class ResidualBlock final : public Layer {
                 const GradReadyFn& ready) override {
     ensure_tensor(dsum_, y.shape(), *backend_);
     {
-      ProfileScope timed(backend_, profile_name_, profile_kind_, "backward");
+      ProfileScope timed(backend_, profile_name_, profile_kind_, ProfilePhase::kBackward);
       backend_->relu_backward(y.numel(), y.data<float>(), dy.data<float>(), dsum_.data<float>());
     }
     Tensor* dx_short = nullptr;
@@ -52,7 +52,7 @@ class ResidualBlock final : public Layer {
     }
     main_.backward(x, dsum_, dx, accumulate, ready);
     if (dx) {
-      ProfileScope timed(backend_, profile_name_, profile_kind_, "backward");
+      ProfileScope timed(backend_, profile_name_, profile_kind_, ProfilePhase::kBackward);
       const Tensor& other = shortcut_.empty() ? dsum_ : *dx_short;
       backend_->add(dx->numel(), dx->data<float>(), other.data<float>(), dx->data<float>());
     }

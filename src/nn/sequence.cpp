@@ -55,7 +55,8 @@ const Tensor& Sequence::forward(const Tensor& x, bool training) {
     } else {
       ensure_tensor(acts_[i], batch_shape(n, layers_[i]->out_shape()), *backend_);
       const bool leaf = !layers_[i]->is_block();
-      ProfileScope timed(leaf ? backend_ : nullptr, layers_[i]->name(), kinds_[i], "forward");
+      ProfileScope timed(leaf ? backend_ : nullptr, layers_[i]->name(), kinds_[i],
+                         ProfilePhase::kForward);
       if (pooled_[i]) {
         ensure_tensor(acts_[i + 2], batch_shape(n, layers_[i + 2]->out_shape()), *backend_);
         layers_[i]->forward_pooled(*in, acts_[i + 2], training);
@@ -97,7 +98,8 @@ void Sequence::backward(const Tensor& x, const Tensor& dy, Tensor* dx, bool accu
       down = &view;
     }
     const bool leaf = !layers_[k]->is_block();
-    ProfileScope timed(leaf ? backend_ : nullptr, layers_[k]->name(), kinds_[k], "backward");
+    ProfileScope timed(leaf ? backend_ : nullptr, layers_[k]->name(), kinds_[k],
+                       ProfilePhase::kBackward);
     if (pooled_[k]) {
       layers_[k]->backward_pooled(in, upstream, down, accumulate, ready);
     } else {

@@ -170,7 +170,7 @@ void Trainer::Impl::train_step() {
     const auto t_data = Clock::now();
     std::optional<DeviceFeed::Ready> batch;
     {
-      ProfileScope scope(timed, kProfData, kProfDataKind, "step");
+      ProfileScope scope(timed, kProfData, kProfDataKind, ProfilePhase::kOther);
       batch = train_feed->next();
     }
     DDPV_CHECK(batch.has_value(), "the data ran out inside epoch ", epoch, " at step ", epoch_step,
@@ -182,7 +182,7 @@ void Trainer::Impl::train_step() {
     const int n = static_cast<int>(x.shape()[0]);
     const Tensor& logits = model->forward(x, /*training=*/true);
     {
-      ProfileScope scope(timed, kProfLoss, kProfLossKind, "step");
+      ProfileScope scope(timed, kProfLoss, kProfLossKind, ProfilePhase::kOther);
       const LossResult r = loss_op->forward(n, logits.data<float>(), y.data<int32_t>());
       finite = finite && std::isfinite(r.loss_sum);
       loss_sum += r.loss_sum;
@@ -204,7 +204,7 @@ void Trainer::Impl::train_step() {
     train_feed->done();  // the next batch uploads while this backward runs (Note [Two slots])
     data_wait += seconds_since(t_next);
     if (reducer) {
-      ProfileScope scope(timed, kProfReduce, kProfReduceKind, "step");
+      ProfileScope scope(timed, kProfReduce, kProfReduceKind, ProfilePhase::kOther);
       const auto t_comm = Clock::now();
       reducer->wait();
       comm_wait += seconds_since(t_comm);
@@ -215,7 +215,8 @@ void Trainer::Impl::train_step() {
   // Gradients are summed over ranks, so 1 / world size averages them (Note [Folded averaging]).
   sgd.grad_scale = 1.0f / static_cast<float>(world.size()) / static_cast<float>(o.accum_steps);
   {
-    ProfileScope scope(timed, kProfUpdate, shared ? kProfSharedKind : kProfUpdateKind, "step");
+    ProfileScope scope(timed, kProfUpdate, shared ? kProfSharedKind : kProfUpdateKind,
+                       ProfilePhase::kOther);
     if (shared) {
       comm_wait += shared->step(sgd);
     } else {
@@ -237,7 +238,7 @@ void Trainer::Impl::train_step() {
   const int seen = stop_signal_received();
   for (int k = 0; k < kSignals; ++k) agree[4 + k] = seen == kStopSignals[k];
   {
-    ProfileScope scope(timed, kProfAgree, kProfAgreeKind, "step");
+    ProfileScope scope(timed, kProfAgree, kProfAgreeKind, ProfilePhase::kOther);
     world.allreduce_sum(agree, 4 + kSignals);
   }
   if (profile.enabled()) profile.add_step();

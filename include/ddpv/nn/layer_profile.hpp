@@ -10,6 +10,10 @@ namespace ddpv {
 
 class Backend;
 
+// Which column of the profile a timed scope adds to: a layer's forward or backward, or one of
+// the trainer's own phases.
+enum class ProfilePhase { kForward, kBackward, kOther };
+
 // Note [Layer profile]: with profiling on, each leaf layer's forward and backward (and each
 // residual block's own additions) is timed between two synchronizations of the backend, so a
 // GPU's queued work is charged to the layer that queued it. The synchronizations cost a GPU
@@ -26,8 +30,8 @@ class LayerProfile {
   void add_step() { ++steps_; }
 
   // What `name` (a layer's name, or a phase such as "loss") of kind `kind` ("conv 3x3/1",
-  // "batchnorm", ...) took in `phase` ("forward", "backward", "step").
-  void add(const std::string& name, const std::string& kind, const char* phase, double seconds);
+  // "batchnorm", ...) took in `phase`.
+  void add(const std::string& name, const std::string& kind, ProfilePhase phase, double seconds);
 
   // A table, per step: every entry by forward + backward time, then the totals per kind.
   std::string report() const;
@@ -48,7 +52,7 @@ class LayerProfile {
 class ProfileScope {
  public:
   ProfileScope(Backend* backend, const std::string& name, const std::string& kind,
-               const char* phase);
+               ProfilePhase phase);
   ~ProfileScope();
   ProfileScope(const ProfileScope&) = delete;
   ProfileScope& operator=(const ProfileScope&) = delete;
@@ -57,7 +61,7 @@ class ProfileScope {
   Backend* backend_ = nullptr;  // null: profiling is off
   const std::string* name_ = nullptr;
   const std::string* kind_ = nullptr;
-  const char* phase_ = nullptr;
+  ProfilePhase phase_ = ProfilePhase::kOther;
   std::chrono::steady_clock::time_point start_;
 };
 
