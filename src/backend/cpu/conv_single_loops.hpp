@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/cpu/team.hpp"
 #include "backend/cpu/vec8.hpp"
 
 namespace ddpv::cpu {
@@ -32,7 +33,8 @@ struct Geometry {
 };
 
 // The loops over one (image, channel group) item and over one channel group, written once and
-// compiled twice below: for AVX2 + FMA and for the baseline instruction set.
+// compiled twice below: for AVX2 + FMA and for the baseline instruction set. A lambda does not
+// take its enclosing function's target: those below carry the `attributes` themselves.
 #define DDPV_INLINE inline __attribute__((always_inline))
 
 // The images with `p` zeros around each: n x (h + 2p) x (w + 2p), so that no window needs a
@@ -314,48 +316,56 @@ bool pooled_loops_apply(int k) { return k == 3 || k == 5 || k == 7; }
 // clang-format off
 #define DDPV_SINGLE_CHANNEL_LOOPS(suffix, attributes)                                             \
   attributes void forward_##suffix(const Geometry& g, int n, const float* xp, const float* wv,   \
-                                   const float* bias, float* y) {                               \
-    const bool big = int64_t{n} * g.oh * g.ow * g.cout >= (1 << 16);                            \
-    _Pragma("omp parallel for collapse(2) schedule(static) if (big)")                            \
-    for (int i = 0; i < n; ++i)                                                                  \
-      for (int grp = 0; grp < g.cout / 8; grp += 2)                                              \
-        forward_groups(g, nullptr, i, grp, xp, wv, bias, y, nullptr);                            \
+                                   const float* bias, float* y) {                                \
+    const bool big = int64_t{n} * g.oh * g.ow * g.cout >= (1 << 16);                             \
+    in_team(big, [&]() attributes { /* Note [No team of one] */                                  \
+      _Pragma("omp for collapse(2) schedule(static)")                                            \
+      for (int i = 0; i < n; ++i)                                                                \
+        for (int grp = 0; grp < g.cout / 8; grp += 2)                                            \
+          forward_groups(g, nullptr, i, grp, xp, wv, bias, y, nullptr);                          \
+    });                                                                                          \
   }                                                                                              \
   attributes void forward_pooled_##suffix(const Geometry& g, const PooledGeometry& pg, int n,    \
-                                          const float* xp, const float* wv, const float* bias,  \
-                                          float* pooled, int32_t* positions) {                  \
-    const bool big = int64_t{n} * g.oh * g.ow * g.cout >= (1 << 16);                            \
-    _Pragma("omp parallel for collapse(2) schedule(static) if (big)")                            \
-    for (int i = 0; i < n; ++i)                                                                  \
-      for (int grp = 0; grp < g.cout / 8; grp += 2)                                              \
-        forward_groups(g, &pg, i, grp, xp, wv, bias, pooled, positions);                         \
+                                          const float* xp, const float* wv, const float* bias,   \
+                                          float* pooled, int32_t* positions) {                   \
+    const bool big = int64_t{n} * g.oh * g.ow * g.cout >= (1 << 16);                             \
+    in_team(big, [&]() attributes { /* Note [No team of one] */                                  \
+      _Pragma("omp for collapse(2) schedule(static)")                                            \
+      for (int i = 0; i < n; ++i)                                                                \
+        for (int grp = 0; grp < g.cout / 8; grp += 2)                                            \
+          forward_groups(g, &pg, i, grp, xp, wv, bias, pooled, positions);                       \
+    });                                                                                          \
   }                                                                                              \
   attributes void weight_grad_##suffix(const Geometry& g, int n, const float* xp, const float* dy, \
-                                       float* dwv, float* db) {                                   \
-    const bool big = int64_t{n} * g.oh * g.ow * g.cout >= (1 << 16);                            \
-    _Pragma("omp parallel for schedule(static) if (big)")                                        \
-    for (int grp = 0; grp < g.cout / 8; ++grp) weight_grad_group(g, n, grp, xp, dy, dwv, db);     \
+                                       float* dwv, float* db) {                                  \
+    const bool big = int64_t{n} * g.oh * g.ow * g.cout >= (1 << 16);                             \
+    in_team(big, [&]() attributes { /* Note [No team of one] */                                  \
+      _Pragma("omp for schedule(static)")                                                        \
+      for (int grp = 0; grp < g.cout / 8; ++grp) weight_grad_group(g, n, grp, xp, dy, dwv, db);  \
+    });                                                                                          \
   }                                                                                              \
   attributes void pooled_weight_grad_##suffix(const Geometry& g, const PooledGeometry& pg, int n, \
                                               const float* xp, const float* dpooled,             \
                                               const int32_t* positions, float* sums,             \
                                               int slices) {                                      \
-    _Pragma("omp parallel for schedule(static) num_threads(slices) if (slices > 1)")             \
-    for (int sl = 0; sl < slices; ++sl) {                                                        \
-      const int i0 = static_cast<int>(int64_t{n} * sl / slices);                                 \
-      const int i1 = static_cast<int>(int64_t{n} * (sl + 1) / slices);                           \
-      float* s = sums + sl * pg.slice(g);                                                        \
-      switch (g.k) {                                                                             \
-        case 3:                                                                                  \
-          pooled_weight_grad_images<3>(g, pg, i0, i1, xp, dpooled, positions, s);                \
-          break;                                                                                 \
-        case 5:                                                                                  \
-          pooled_weight_grad_images<5>(g, pg, i0, i1, xp, dpooled, positions, s);                \
-          break;                                                                                 \
-        default:                                                                                 \
-          pooled_weight_grad_images<7>(g, pg, i0, i1, xp, dpooled, positions, s);                \
+    in_team(slices > 1, [&]() attributes { /* Note [No team of one] */                           \
+      _Pragma("omp for schedule(static)")                                                        \
+      for (int sl = 0; sl < slices; ++sl) {                                                      \
+        const int i0 = static_cast<int>(int64_t{n} * sl / slices);                               \
+        const int i1 = static_cast<int>(int64_t{n} * (sl + 1) / slices);                         \
+        float* s = sums + sl * pg.slice(g);                                                      \
+        switch (g.k) {                                                                           \
+          case 3:                                                                                \
+            pooled_weight_grad_images<3>(g, pg, i0, i1, xp, dpooled, positions, s);              \
+            break;                                                                               \
+          case 5:                                                                                \
+            pooled_weight_grad_images<5>(g, pg, i0, i1, xp, dpooled, positions, s);              \
+            break;                                                                               \
+          default:                                                                               \
+            pooled_weight_grad_images<7>(g, pg, i0, i1, xp, dpooled, positions, s);              \
+        }                                                                                        \
       }                                                                                          \
-    }                                                                                            \
+    });                                                                                          \
   }
 
 DDPV_SINGLE_CHANNEL_LOOPS(avx2, __attribute__((target("avx2,fma"))))

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.hpp"
+#include "backend/cpu/team.hpp"
 #include "backend/cpu/transpose8.hpp"
 #include "ddpv/core/dtype.hpp"
 
@@ -136,67 +137,85 @@ class CpuBackend final : public Backend {
   void relu_forward(int64_t count, const float* x, float* y) override {
     ctx_.bind_threads();
     // NaN propagates, as in PyTorch and the CUDA backend: a diverged activation stays visible.
-#pragma omp parallel for simd if (count >= kParallelMin)
-    for (int64_t i = 0; i < count; ++i) y[i] = x[i] <= 0.0f ? 0.0f : x[i];  // -0 becomes +0
+    in_team(count >= kParallelMin, [&] {  // Note [No team of one]
+#pragma omp for simd
+      for (int64_t i = 0; i < count; ++i) y[i] = x[i] <= 0.0f ? 0.0f : x[i];  // -0 becomes +0
+    });
   }
 
   void relu_backward(int64_t count, const float* y, const float* dy, float* dx) override {
     ctx_.bind_threads();
-#pragma omp parallel for simd if (count >= kParallelMin)
-    for (int64_t i = 0; i < count; ++i) {
-      // Load dy unconditionally: a load under the condition is control flow to GCC, which then
-      // leaves the loop scalar and branchy (it was 28% of a resnet20 step).
-      const float g = dy[i];
-      dx[i] = y[i] > 0.0f ? g : 0.0f;
-    }
+    in_team(count >= kParallelMin, [&] {  // Note [No team of one]
+#pragma omp for simd
+      for (int64_t i = 0; i < count; ++i) {
+        // Load dy unconditionally: a load under the condition is control flow to GCC, which then
+        // leaves the loop scalar and branchy (it was 28% of a resnet20 step).
+        const float g = dy[i];
+        dx[i] = y[i] > 0.0f ? g : 0.0f;
+      }
+    });
   }
 
   void add(int64_t count, const float* a, const float* b, float* y) override {
     ctx_.bind_threads();
-#pragma omp parallel for simd if (count >= kParallelMin)
-    for (int64_t i = 0; i < count; ++i) y[i] = a[i] + b[i];
+    in_team(count >= kParallelMin, [&] {  // Note [No team of one]
+#pragma omp for simd
+      for (int64_t i = 0; i < count; ++i) y[i] = a[i] + b[i];
+    });
   }
 
   void add_relu(int64_t count, const float* a, const float* b, float* y) override {
     if (!fuse_) return Backend::add_relu(count, a, b, y);  // two passes, as separate layers
     ctx_.bind_threads();
-#pragma omp parallel for simd if (count >= kParallelMin)
-    for (int64_t i = 0; i < count; ++i) {
-      const float v = a[i] + b[i];
-      y[i] = v <= 0.0f ? 0.0f : v;  // relu_forward's rule: NaN kept, -0 becomes +0
-    }
+    in_team(count >= kParallelMin, [&] {  // Note [No team of one]
+#pragma omp for simd
+      for (int64_t i = 0; i < count; ++i) {
+        const float v = a[i] + b[i];
+        y[i] = v <= 0.0f ? 0.0f : v;  // relu_forward's rule: NaN kept, -0 becomes +0
+      }
+    });
   }
 
   void fill(int64_t count, float value, float* y) override {
     ctx_.bind_threads();
-#pragma omp parallel for simd if (count >= kParallelMin)
-    for (int64_t i = 0; i < count; ++i) y[i] = value;
+    in_team(count >= kParallelMin, [&] {  // Note [No team of one]
+#pragma omp for simd
+      for (int64_t i = 0; i < count; ++i) y[i] = value;
+    });
   }
 
   void scale(int64_t count, float alpha, float* y) override {
     ctx_.bind_threads();
-#pragma omp parallel for simd if (count >= kParallelMin)
-    for (int64_t i = 0; i < count; ++i) y[i] *= alpha;
+    in_team(count >= kParallelMin, [&] {  // Note [No team of one]
+#pragma omp for simd
+      for (int64_t i = 0; i < count; ++i) y[i] *= alpha;
+    });
   }
 
   void cast_to_bf16(int64_t count, const float* x, uint16_t* y) override {
     ctx_.bind_threads();
-#pragma omp parallel for simd if (count >= kParallelMin)
-    for (int64_t i = 0; i < count; ++i) y[i] = f32_to_bf16(x[i]);
+    in_team(count >= kParallelMin, [&] {  // Note [No team of one]
+#pragma omp for simd
+      for (int64_t i = 0; i < count; ++i) y[i] = f32_to_bf16(x[i]);
+    });
   }
 
   void cast_from_bf16(int64_t count, const uint16_t* x, float* y) override {
     ctx_.bind_threads();
-#pragma omp parallel for simd if (count >= kParallelMin)
-    for (int64_t i = 0; i < count; ++i) y[i] = bf16_to_f32(x[i]);
+    in_team(count >= kParallelMin, [&] {  // Note [No team of one]
+#pragma omp for simd
+      for (int64_t i = 0; i < count; ++i) y[i] = bf16_to_f32(x[i]);
+    });
   }
 
   bool all_finite(int64_t count, const float* x) override {
     ctx_.bind_threads();
     int bad = 0;
     // |x| <= FLT_MAX is false for +-Inf and for NaN, and vectorises where isfinite may not.
-#pragma omp parallel for simd reduction(| : bad) if (count >= kParallelMin)
-    for (int64_t i = 0; i < count; ++i) bad |= !(std::fabs(x[i]) <= FLT_MAX);
+    in_team(count >= kParallelMin, [&] {  // Note [No team of one]
+#pragma omp for simd reduction(| : bad)
+      for (int64_t i = 0; i < count; ++i) bad |= !(std::fabs(x[i]) <= FLT_MAX);
+    });
     return bad == 0;
   }
 
@@ -220,41 +239,45 @@ class CpuBackend final : public Backend {
       // block is one transpose, written in order (lenet's flatten: 0.27 ms a step through the
       // general loop below, whose stores scattered one float at a time).
       const int b = fb == 1 ? tb : fb;
-#pragma omp parallel for collapse(2) if (static_cast <int64_t>(n) * image >= kParallelMin)
-      for (int i = 0; i < n; ++i)
-        for (int cb = 0; cb < c / b; ++cb) {
-          const int64_t at = i * image + int64_t{cb} * hw * b;
-          const float* __restrict src = x + at;
-          float* __restrict dst = y + at;
-          if (kAvx2 && b % 8 == 0) {  // Note [Relayout by transposes]
-            for (int k = 0; k < b; k += 8) {
-              if (tb == 1) {
-                channels_to_planes_avx2(src + k, b, dst + k * hw, hw);
-              } else {
-                planes_to_channels_avx2(src + k * hw, hw, dst + k, b);
+      in_team(static_cast<int64_t>(n) * image >= kParallelMin, [&] {  // Note [No team of one]
+#pragma omp for collapse(2)
+        for (int i = 0; i < n; ++i)
+          for (int cb = 0; cb < c / b; ++cb) {
+            const int64_t at = i * image + int64_t{cb} * hw * b;
+            const float* __restrict src = x + at;
+            float* __restrict dst = y + at;
+            if (kAvx2 && b % 8 == 0) {  // Note [Relayout by transposes]
+              for (int k = 0; k < b; k += 8) {
+                if (tb == 1) {
+                  channels_to_planes_avx2(src + k, b, dst + k * hw, hw);
+                } else {
+                  planes_to_channels_avx2(src + k * hw, hw, dst + k, b);
+                }
               }
+            } else if (tb == 1) {
+              for (int k = 0; k < b; ++k)
+                for (int64_t s = 0; s < hw; ++s) dst[k * hw + s] = src[s * b + k];
+            } else {
+              for (int64_t s = 0; s < hw; ++s)
+                for (int k = 0; k < b; ++k) dst[s * b + k] = src[k * hw + s];
             }
-          } else if (tb == 1) {
-            for (int k = 0; k < b; ++k)
-              for (int64_t s = 0; s < hw; ++s) dst[k * hw + s] = src[s * b + k];
-          } else {
-            for (int64_t s = 0; s < hw; ++s)
-              for (int k = 0; k < b; ++k) dst[s * b + k] = src[k * hw + s];
           }
-        }
+      });
       return;
     }
     std::vector<int64_t> place(static_cast<size_t>(c));
     for (int ch = 0; ch < c; ++ch) place[size_t(ch)] = ch / tb * hw * tb + ch % tb;
-#pragma omp parallel for if (static_cast <int64_t>(n) * image >= kParallelMin)
-    for (int i = 0; i < n; ++i)
-      for (int cb = 0; cb < c / fb; ++cb)
-        for (int64_t s = 0; s < hw; ++s) {
-          const float* src = x + i * image + (cb * hw + s) * fb;
-          float* dst = y + i * image + s * tb;
-          const int64_t* at = place.data() + int64_t{cb} * fb;
-          for (int k = 0; k < fb; ++k) dst[at[k]] = src[k];
-        }
+    in_team(static_cast<int64_t>(n) * image >= kParallelMin, [&] {  // Note [No team of one]
+#pragma omp for
+      for (int i = 0; i < n; ++i)
+        for (int cb = 0; cb < c / fb; ++cb)
+          for (int64_t s = 0; s < hw; ++s) {
+            const float* src = x + i * image + (cb * hw + s) * fb;
+            float* dst = y + i * image + s * tb;
+            const int64_t* at = place.data() + int64_t{cb} * fb;
+            for (int k = 0; k < fb; ++k) dst[at[k]] = src[k];
+          }
+    });
   }
 
   int activation_block() const override { return ctx_.block; }
@@ -285,18 +308,22 @@ void sgd_span(const SgdConfig& cfg, const ParamSpan& s, float* param, float* mom
   const int64_t len = s.count, at = s.offset;
   float* __restrict p = param + at;
   if (momentum == nullptr) {
-#pragma omp parallel for simd if (len >= kParallelMin)
-    for (int64_t i = 0; i < len; ++i) p[i] -= lr * (gs * grad(at + i) + wd * p[i]);
+    in_team(len >= kParallelMin, [&] {  // Note [No team of one]
+#pragma omp for simd
+      for (int64_t i = 0; i < len; ++i) p[i] -= lr * (gs * grad(at + i) + wd * p[i]);
+    });
     return;
   }
   float* __restrict m = momentum + at;
-#pragma omp parallel for simd if (len >= kParallelMin)
-  for (int64_t i = 0; i < len; ++i) {
-    const float g = gs * grad(at + i) + wd * p[i];
-    const float mi = mu * m[i] + g;
-    m[i] = mi;
-    p[i] -= lr * (nesterov ? g + mu * mi : mi);
-  }
+  in_team(len >= kParallelMin, [&] {  // Note [No team of one]
+#pragma omp for simd
+    for (int64_t i = 0; i < len; ++i) {
+      const float g = gs * grad(at + i) + wd * p[i];
+      const float mi = mu * m[i] + g;
+      m[i] = mi;
+      p[i] -= lr * (nesterov ? g + mu * mi : mi);
+    }
+  });
 }
 
 void check_sgd_config(const SgdConfig& cfg, const float* momentum) {

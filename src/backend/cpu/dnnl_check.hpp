@@ -51,8 +51,8 @@ using Dt = dnnl::memory::data_type;
 struct CpuContext {
   dnnl::engine engine;
   dnnl::stream stream;
-  int threads = 0;  // 0: the OpenMP runtime's default
-  int block = 0;    // the activation block (Note [Blocked activations])
+  int threads = 0;                            // 0: the OpenMP runtime's default
+  int block = 0;                              // the activation block (Note [Blocked activations])
   ConvAlgorithm conv = ConvAlgorithm::kAuto;  // Note [Winograd convolution]
 
   // Note [OpenMP threads per calling thread]: omp_set_num_threads sets the team size for the

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.hpp"
+#include "backend/cpu/team.hpp"
 
 namespace ddpv::cpu {
 namespace {
@@ -201,13 +202,15 @@ class CpuMaxPool2d final : public Pool2dOp {
     const PoolRow r{w, c, ow, relu_};
     int32_t* arg = arg_.data();
     const auto row = kAvx2 ? tiled_forward_avx2 : tiled_forward_baseline;
-#pragma omp parallel for collapse(2) if (outer * oh * ow * c >= kParallelMin)
-    for (int64_t b = 0; b < outer; ++b) {
-      for (int yo = 0; yo < oh; ++yo) {
-        const int64_t o = (b * oh + yo) * ow * c;
-        row(r, k, x + (b * h + int64_t{yo} * k) * w * c, y + o, arg + o);
+    in_team(outer * oh * ow * c >= kParallelMin, [&] {  // Note [No team of one]
+#pragma omp for collapse(2)
+      for (int64_t b = 0; b < outer; ++b) {
+        for (int yo = 0; yo < oh; ++yo) {
+          const int64_t o = (b * oh + yo) * ow * c;
+          row(r, k, x + (b * h + int64_t{yo} * k) * w * c, y + o, arg + o);
+        }
       }
-    }
+    });
   }
 
   void backward_tiled(int64_t outer, const float* dy, float* dx) const {
@@ -216,20 +219,22 @@ class CpuMaxPool2d final : public Pool2dOp {
     const PoolRow r{w, c, ow, relu_};
     const int32_t* arg = arg_.data();
     const auto row = kAvx2 ? tiled_backward_avx2 : tiled_backward_baseline;
-#pragma omp parallel for if (outer * h * w * c >= kParallelMin)
-    for (int64_t b = 0; b < outer; ++b) {
-      float* img = dx + b * h * w * c;
-      for (int yo = 0; yo < oh; ++yo) {
-        const int64_t o = (b * oh + yo) * ow * c;
-        float* rows = img + int64_t{yo} * k * w * c;
-        row(r, k, dy + o, arg + o, rows);
-        if (ow * k < w) {  // columns no window covers
-          for (int kh = 0; kh < k; ++kh)
-            std::fill(rows + (kh * w + int64_t{ow} * k) * c, rows + (kh + 1) * w * c, 0.0f);
+    in_team(outer * h * w * c >= kParallelMin, [&] {  // Note [No team of one]
+#pragma omp for
+      for (int64_t b = 0; b < outer; ++b) {
+        float* img = dx + b * h * w * c;
+        for (int yo = 0; yo < oh; ++yo) {
+          const int64_t o = (b * oh + yo) * ow * c;
+          float* rows = img + int64_t{yo} * k * w * c;
+          row(r, k, dy + o, arg + o, rows);
+          if (ow * k < w) {  // columns no window covers
+            for (int kh = 0; kh < k; ++kh)
+              std::fill(rows + (kh * w + int64_t{ow} * k) * c, rows + (kh + 1) * w * c, 0.0f);
+          }
         }
+        std::fill(img + int64_t{oh} * k * w * c, img + h * w * c, 0.0f);  // rows none covers
       }
-      std::fill(img + int64_t{oh} * k * w * c, img + h * w * c, 0.0f);  // rows none covers
-    }
+    });
   }
 
   void forward_any(int64_t outer, const float* x, float* y) {
@@ -241,49 +246,51 @@ class CpuMaxPool2d final : public Pool2dOp {
     constexpr float kLowest = -std::numeric_limits<float>::infinity();
     // Row by row: start every output of the row at -inf with the window's first valid
     // position, then sweep the window positions over the whole row (vectorisable runs).
-#pragma omp parallel for collapse(2) if (outer * oh * ow * c >= kParallelMin)
-    for (int64_t b = 0; b < outer; ++b) {
-      for (int yo = 0; yo < oh; ++yo) {
-        float* out = y + (b * oh + yo) * ow * c;
-        int32_t* where = arg + (b * oh + yo) * ow * c;
-        const int kh0 = std::max(0, p - yo * s);
-        for (int xo = 0; xo < ow; ++xo) {
-          const int32_t first = kh0 * k + std::max(0, p - xo * s);
-          std::fill(out + xo * c, out + (xo + 1) * c, kLowest);
-          std::fill(where + xo * c, where + (xo + 1) * c, first);
-        }
-        for (int kh = 0; kh < k; ++kh) {
-          const int yi = yo * s - p + kh;
-          if (yi < 0 || yi >= h) continue;
-          const float* in_row = x + (b * h + yi) * w * c;
-          for (int kw = 0; kw < k; ++kw) {
-            const int32_t pos = kh * k + kw;
-            // Outputs whose window column kw lies inside the image: xo * s - p + kw in [0, w).
-            // (C++ division truncates toward zero: the clamp at 0 makes lo right, and hi needs
-            // its numerator checked first.)
-            const int lo = std::max(0, (p - kw + s - 1) / s);
-            const int last = w - 1 + p - kw;  // the largest xo * s
-            const int hi = last < 0 ? 0 : std::min(ow, last / s + 1);
-            for (int xo = lo; xo < hi; ++xo) {
-              const float* in = in_row + int64_t{xo * s - p + kw} * c;
-              float* o = out + xo * c;
-              int32_t* wh = where + xo * c;
+    in_team(outer * oh * ow * c >= kParallelMin, [&] {  // Note [No team of one]
+#pragma omp for collapse(2)
+      for (int64_t b = 0; b < outer; ++b) {
+        for (int yo = 0; yo < oh; ++yo) {
+          float* out = y + (b * oh + yo) * ow * c;
+          int32_t* where = arg + (b * oh + yo) * ow * c;
+          const int kh0 = std::max(0, p - yo * s);
+          for (int xo = 0; xo < ow; ++xo) {
+            const int32_t first = kh0 * k + std::max(0, p - xo * s);
+            std::fill(out + xo * c, out + (xo + 1) * c, kLowest);
+            std::fill(where + xo * c, where + (xo + 1) * c, first);
+          }
+          for (int kh = 0; kh < k; ++kh) {
+            const int yi = yo * s - p + kh;
+            if (yi < 0 || yi >= h) continue;
+            const float* in_row = x + (b * h + yi) * w * c;
+            for (int kw = 0; kw < k; ++kw) {
+              const int32_t pos = kh * k + kw;
+              // Outputs whose window column kw lies inside the image: xo * s - p + kw in [0, w).
+              // (C++ division truncates toward zero: the clamp at 0 makes lo right, and hi needs
+              // its numerator checked first.)
+              const int lo = std::max(0, (p - kw + s - 1) / s);
+              const int last = w - 1 + p - kw;  // the largest xo * s
+              const int hi = last < 0 ? 0 : std::min(ow, last / s + 1);
+              for (int xo = lo; xo < hi; ++xo) {
+                const float* in = in_row + int64_t{xo * s - p + kw} * c;
+                float* o = out + xo * c;
+                int32_t* wh = where + xo * c;
 #pragma omp simd
-              for (int64_t j = 0; j < c; ++j) {
-                const float v = in[j];
-                const bool take = v > o[j] || v != v;  // NaN wins, as in PyTorch
-                o[j] = take ? v : o[j];
-                wh[j] = take ? pos : wh[j];
+                for (int64_t j = 0; j < c; ++j) {
+                  const float v = in[j];
+                  const bool take = v > o[j] || v != v;  // NaN wins, as in PyTorch
+                  o[j] = take ? v : o[j];
+                  wh[j] = take ? pos : wh[j];
+                }
               }
             }
           }
-        }
-        if (relu) {
+          if (relu) {
 #pragma omp simd
-          for (int64_t j = 0; j < ow * c; ++j) where[j] = out[j] > 0.0f ? where[j] : -1;
+            for (int64_t j = 0; j < ow * c; ++j) where[j] = out[j] > 0.0f ? where[j] : -1;
+          }
         }
       }
-    }
+    });
   }
 
   void backward_any(int64_t outer, const float* dy, float* dx) const {
@@ -292,22 +299,24 @@ class CpuMaxPool2d final : public Pool2dOp {
     const int64_t c = inner_;
     const int32_t* arg = arg_.data();
     // One image per thread: windows may overlap (stride < kernel), images never do.
-#pragma omp parallel for if (outer * h * w * c >= kParallelMin)
-    for (int64_t b = 0; b < outer; ++b) {
-      float* img = dx + b * h * w * c;
-      std::fill(img, img + h * w * c, 0.0f);
-      for (int yo = 0; yo < oh; ++yo) {
-        for (int xo = 0; xo < ow; ++xo) {
-          const int64_t o = ((b * oh + yo) * ow + xo) * c;
-          for (int64_t j = 0; j < c; ++j) {
-            const int32_t at = arg[o + j];
-            if (at < 0) continue;  // Note [ReLU folded into max pooling]
-            const int yi = yo * s - p + at / k, xi = xo * s - p + at % k;
-            img[(int64_t{yi} * w + xi) * c + j] += dy[o + j];
+    in_team(outer * h * w * c >= kParallelMin, [&] {  // Note [No team of one]
+#pragma omp for
+      for (int64_t b = 0; b < outer; ++b) {
+        float* img = dx + b * h * w * c;
+        std::fill(img, img + h * w * c, 0.0f);
+        for (int yo = 0; yo < oh; ++yo) {
+          for (int xo = 0; xo < ow; ++xo) {
+            const int64_t o = ((b * oh + yo) * ow + xo) * c;
+            for (int64_t j = 0; j < c; ++j) {
+              const int32_t at = arg[o + j];
+              if (at < 0) continue;  // Note [ReLU folded into max pooling]
+              const int yi = yo * s - p + at / k, xi = xo * s - p + at % k;
+              img[(int64_t{yi} * w + xi) * c + j] += dy[o + j];
+            }
           }
         }
       }
-    }
+    });
   }
 
   CpuContext ctx_;

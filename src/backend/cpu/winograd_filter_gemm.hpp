@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/cpu/team.hpp"
 #include "backend/cpu/vec8.hpp"
 #include "backend/cpu/winograd.hpp"
 
@@ -38,9 +39,8 @@ template <int A, int M>
 void filter(const WinogradGeometry& geo, const float* gm, const float* w, float* u) {
   constexpr int R = A - M + 1;
   const int cin = geo.cin, cout = geo.cout, groups = cout / 8;
-#pragma omp parallel if (int64_t{cin} * cout * A * A >= kParallelMin)
-  {
-    std::vector<v8> gw(size_t(groups) * A * R);  // (g w) per group: [group][i][l]
+  in_team(int64_t{cin} * cout * A * A >= kParallelMin, [&] {  // Note [No team of one]
+    std::vector<v8> gw(size_t(groups) * A * R);               // (g w) per group: [group][i][l]
 #pragma omp for schedule(static)
     for (int ci = 0; ci < cin; ++ci) {
       for (int grp = 0; grp < groups; ++grp) {
@@ -68,7 +68,7 @@ void filter(const WinogradGeometry& geo, const float* gm, const float* w, float*
           }
         }
     }
-  }
+  });
 }
 
 // dw = g^T du[.][ci][co] g, stored or added (Note [Filter transforms in registers]).
@@ -77,9 +77,8 @@ void filter_adjoint(const WinogradGeometry& geo, const float* gm, const float* d
                     bool accumulate) {
   constexpr int R = A - M + 1;
   const int cin = geo.cin, cout = geo.cout, groups = cout / 8;
-#pragma omp parallel if (int64_t{cin} * cout * A * A >= kParallelMin)
-  {
-    std::vector<v8> gtdu(size_t(groups) * R * A);  // g^T du per group: [group][k][j]
+  in_team(int64_t{cin} * cout * A * A >= kParallelMin, [&] {  // Note [No team of one]
+    std::vector<v8> gtdu(size_t(groups) * R * A);             // g^T du per group: [group][k][j]
 #pragma omp for schedule(static)
     for (int ci = 0; ci < cin; ++ci) {
       std::fill(gtdu.begin(), gtdu.end(), v8{});
@@ -108,7 +107,7 @@ void filter_adjoint(const WinogradGeometry& geo, const float* gm, const float* d
         }
       }
     }
-  }
+  });
 }
 
 // Rows [i0, i0 + R) and columns [j0, j0 + 8 V) of one point's C: R x V vectors of
@@ -324,8 +323,7 @@ inline float* align64(float* p) {
 
 // For products with a_row 1 (A^T stored row by row, k strided) and m and n multiples of 8.
 void gemm_packed(const WinogradGemm& g) {
-#pragma omp parallel if (g.points * g.m * g.n * g.k >= kParallelGemmMin)
-  {
+  in_team(g.points * g.m * g.n * g.k >= kParallelGemmMin, [&] {  // Note [No team of one]
     const int64_t kmax = std::min(g.k, kPanelRows);
     // Not zeroed (std::vector's value-initialisation was a memset of the panels per call).
     const std::unique_ptr<float[]> panel(new float[size_t(kmax * (g.m + g.n) + 16)]);
@@ -369,7 +367,7 @@ void gemm_packed(const WinogradGemm& g) {
         }
       }
     }
-  }
+  });
 }
 
 // Note [Winograd GEMMs]: dnnl_sgemm ran the per-point products (64 rows, k and n of 32 to 64)
@@ -379,9 +377,11 @@ void gemm_packed(const WinogradGemm& g) {
 // a stride (the weight gradient's) go through packed panels first.
 void gemm(const WinogradGemm& g) {
   if (g.a_row == 1 && g.a_col != 1 && g.m % 8 == 0 && g.n % 8 == 0) return gemm_packed(g);
-#pragma omp parallel for schedule(static) if (g.points * g.m * g.n * g.k >= kParallelGemmMin)
-  for (int64_t p = 0; p < g.points; ++p)
-    gemm_point(g, g.a + p * g.a_point, g.b + p * g.b_point, g.c + p * g.c_point);
+  in_team(g.points * g.m * g.n * g.k >= kParallelGemmMin, [&] {  // Note [No team of one]
+#pragma omp for schedule(static)
+    for (int64_t p = 0; p < g.points; ++p)
+      gemm_point(g, g.a + p * g.a_point, g.b + p * g.b_point, g.c + p * g.c_point);
+  });
 }
 
 }  // namespace

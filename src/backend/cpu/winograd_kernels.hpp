@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/cpu/team.hpp"
 #include "backend/cpu/vec8.hpp"
 #include "backend/cpu/winograd.hpp"
 #include "backend/cpu/winograd_filter_gemm.hpp"
@@ -156,11 +157,13 @@ inline void bt_adjoint_1d(const v8* bt, const v8* in, int is, v8* out, int os) {
 template <class F>
 inline void for_each_tile(const WinogradGeometry& g, int channels, int n0, int n1, int64_t work,
                           const F& f) {
-#pragma omp parallel for schedule(static) if (work >= kParallelMin)
-  for (int n = n0; n < n1; ++n)
-    for (int ty = 0; ty < g.tiles_h; ++ty)
-      for (int tx = 0; tx < g.tiles_w; ++tx)
-        for (int grp = 0; grp < channels / 8; ++grp) f(n, ty, tx, grp);
+  in_team(work >= kParallelMin, [&] {  // Note [No team of one]
+#pragma omp for schedule(static)
+    for (int n = n0; n < n1; ++n)
+      for (int ty = 0; ty < g.tiles_h; ++ty)
+        for (int tx = 0; tx < g.tiles_w; ++tx)
+          for (int grp = 0; grp < channels / 8; ++grp) f(n, ty, tx, grp);
+  });
 }
 
 // Note [Prefetching the next region]: the input transform stalled on its loads of the
@@ -184,10 +187,12 @@ inline void prefetch_slice(const void* next, int64_t bytes, int item, int items)
 template <class F>
 inline void for_each_tile_row(const WinogradGeometry& g, int channels, int n0, int n1, int64_t work,
                               const F& f) {
-#pragma omp parallel for schedule(static) if (work >= kParallelMin)
-  for (int n = n0; n < n1; ++n)
-    for (int ty = 0; ty < g.tiles_h; ++ty)
-      for (int grp = 0; grp < channels / 8; ++grp) f(n, ty, grp);
+  in_team(work >= kParallelMin, [&] {  // Note [No team of one]
+#pragma omp for schedule(static)
+    for (int n = n0; n < n1; ++n)
+      for (int ty = 0; ty < g.tiles_h; ++ty)
+        for (int grp = 0; grp < channels / 8; ++grp) f(n, ty, grp);
+  });
 }
 
 // Note [Shared columns]: neighbouring tiles of a row overlap by A - M columns of the input, and
@@ -334,10 +339,9 @@ void output_adjoint(const WinogradGeometry& g, const float* at_in, const float* 
   const int64_t image = g.pool ? int64_t{h / 2} * (w / 2) * g.cout : int64_t{h} * w * g.cout;
   const int items = g.tiles() * groups;
   const bool parallel = rows * ts >= kParallelMin;
-  const int team = parallel ? omp_get_max_threads() : 1;
+  const int team = parallel ? omp_get_max_threads() : 1;  // in_team's team
   std::vector<v8> sums(db != nullptr ? size_t(team) * groups : 0);
-#pragma omp parallel num_threads(team) if (parallel)
-  {
+  in_team(parallel, [&] {  // Note [No team of one]
     v8* mine = sums.empty() ? nullptr : sums.data() + size_t(omp_get_thread_num()) * groups;
 #pragma omp for schedule(static)
     for (int n = n0; n < n1; ++n)
@@ -375,7 +379,7 @@ void output_adjoint(const WinogradGeometry& g, const float* at_in, const float* 
             for (int k = 0; k < A; ++k)
               for (int l = 0; l < A; ++l) store8(out + (k * A + l) * g.cout, t[k][l]);
           }
-  }
+  });
   if (db != nullptr)
     for (int t = 0; t < team; ++t)
       for (int grp = 0; grp < groups; ++grp)

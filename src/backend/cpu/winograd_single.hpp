@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "backend/cpu/team.hpp"
 #include "backend/cpu/vec8.hpp"
 #include "backend/cpu/winograd.hpp"
 
@@ -59,38 +60,40 @@ void single_forward(const WinogradGeometry& g, const float* bt_in, const float* 
   const Splat<A> at(at_in, M * A);
   const int ph = g.in_h + 2 * g.pad, pw = g.in_w + 2 * g.pad, groups = g.cout / 8;
   const int64_t work = int64_t{n1 - n0} * g.tiles() * A * A * g.cout;
-#pragma omp parallel for schedule(static) if (work >= kParallelMin)
-  for (int n = n0; n < n1; ++n)
-    for (int ty = 0; ty < g.tiles_h; ++ty) {
-      // The row's tiles transformed first, then each group of channels along the row, so that
-      // each group's output rows are written in order.
-      alignas(32) float v[kSingleForwardRowTiles][8][8];
-      const int tw = g.tiles_w;
-      for (int tx = 0; tx < tw; ++tx) {
-        const float* src = xp + (int64_t{n} * ph + ty * M) * pw + tx * M;
-        v8 d[8], s[8];
-        for (int i = 0; i < A; ++i) d[i] = load8(src + int64_t{i} * pw);
-        bt_1d<A>(bt.v, d, 1, s, 1);  // s[p] lane j: column j's point p
-        for (int p = A; p < 8; ++p) s[p] = v8{};
-        transpose8(s);               // s[j] lane p
-        bt_1d<A>(bt.v, s, 1, d, 1);  // d[q] lane p: V at point (p, q)
-        for (int q = 0; q < A; ++q) store8(v[tx][q], d[q]);
-      }
-      for (int grp = 0; grp < groups; ++grp) {
-        const float* ug = u + grp * 8;
-        const v8 b = bias != nullptr ? load8(bias + grp * 8) : v8{};
+  in_team(work >= kParallelMin, [&] {  // Note [No team of one]
+#pragma omp for schedule(static)
+    for (int n = n0; n < n1; ++n)
+      for (int ty = 0; ty < g.tiles_h; ++ty) {
+        // The row's tiles transformed first, then each group of channels along the row, so that
+        // each group's output rows are written in order.
+        alignas(32) float v[kSingleForwardRowTiles][8][8];
+        const int tw = g.tiles_w;
         for (int tx = 0; tx < tw; ++tx) {
-          v8 sm[M][A], t[M][M];
-          for (int q = 0; q < A; ++q) {  // column q of the product, then of at (it) at^T
-            v8 col[A];
-            for (int p = 0; p < A; ++p) col[p] = v[tx][q][p] * load8(ug + (p * A + q) * g.cout);
-            at_1d<A, M>(at.v, col, 1, &sm[0][q], A);
+          const float* src = xp + (int64_t{n} * ph + ty * M) * pw + tx * M;
+          v8 d[8], s[8];
+          for (int i = 0; i < A; ++i) d[i] = load8(src + int64_t{i} * pw);
+          bt_1d<A>(bt.v, d, 1, s, 1);  // s[p] lane j: column j's point p
+          for (int p = A; p < 8; ++p) s[p] = v8{};
+          transpose8(s);               // s[j] lane p
+          bt_1d<A>(bt.v, s, 1, d, 1);  // d[q] lane p: V at point (p, q)
+          for (int q = 0; q < A; ++q) store8(v[tx][q], d[q]);
+        }
+        for (int grp = 0; grp < groups; ++grp) {
+          const float* ug = u + grp * 8;
+          const v8 b = bias != nullptr ? load8(bias + grp * 8) : v8{};
+          for (int tx = 0; tx < tw; ++tx) {
+            v8 sm[M][A], t[M][M];
+            for (int q = 0; q < A; ++q) {  // column q of the product, then of at (it) at^T
+              v8 col[A];
+              for (int p = 0; p < A; ++p) col[p] = v[tx][q][p] * load8(ug + (p * A + q) * g.cout);
+              at_1d<A, M>(at.v, col, 1, &sm[0][q], A);
+            }
+            for (int i = 0; i < M; ++i) at_1d<A, M>(at.v, &sm[i][0], 1, &t[i][0], 1);
+            finish_tile<M>(g, t, b, n, ty, tx, grp, y, positions);
           }
-          for (int i = 0; i < M; ++i) at_1d<A, M>(at.v, &sm[i][0], 1, &t[i][0], 1);
-          finish_tile<M>(g, t, b, n, ty, tx, grp, y, positions);
         }
       }
-    }
+  });
 }
 
 }  // namespace
