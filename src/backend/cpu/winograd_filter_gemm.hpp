@@ -171,10 +171,6 @@ inline int64_t block_rows(int64_t m, int64_t i0) {
 // there. Measured on that AVX-512 machine (model_bench --batch 64 --threads 1 --sgd 1, AVX2
 // and AVX-512 loops alternated, two runs each): resnet20 104.4 and 99.1 ms a step (median)
 // -> 86.7 and 86.8, 75% -> 90-93% of the sgemm peak; lenet 15.2 and 14.1 -> 11.2 and 11.0.
-using v16 = float __attribute__((vector_size(64)));
-using v16u = float __attribute__((vector_size(64), aligned(4)));
-inline v16 load16(const float* p) { return *reinterpret_cast<const v16u*>(p); }
-inline void store16(float* p, v16 v) { *reinterpret_cast<v16u*>(p) = v; }
 constexpr int64_t kWideRows = 12;
 
 // Rows [0, R) and columns [0, 16 V) of C (row stride ldc) (+)= A B over k steps: A's entry
