@@ -148,7 +148,7 @@ class SingleChannelConv2d final : public Conv2dOp {
     if (ctx_.conv == ConvAlgorithm::kDirect) return;
     if (g_.s != 1 || (r != 3 && r != 5) || g_.oh % m != 0 || g_.ow % m != 0) return;
     if (g_.ow / m > kSingleForwardRowTiles) return;
-    wk_ = avx2_ ? winograd_kernels_avx2(m, r) : winograd_kernels_generic(m, r);
+    wk_ = avx2_ ? winograd_kernels_fastest(m, r) : winograd_kernels_generic(m, r);
     if (wk_ == nullptr) return;
     wm_ = winograd_matrices(m, r);
     wg_ = winograd_geometry(cfg_, m);

@@ -170,6 +170,16 @@ int winograd_tile(ConvAlgorithm algorithm, const Conv2dConfig& c) {
   return std::min(c.in_channels, c.out_channels) >= 16 ? m : 0;
 }
 
+const WinogradKernels* winograd_kernels_fastest(int m, int r) {
+  const WinogradKernels* k = nullptr;
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl"))
+    k = winograd_kernels_avx512(m, r);  // Note [Wide Winograd GEMMs]
+  if (k == nullptr && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    k = winograd_kernels_avx2(m, r);
+  if (k == nullptr) k = winograd_kernels_generic(m, r);
+  return k;
+}
+
 namespace {
 
 // Note [Page-aligned transformed buffers]: the transforms' time depended on where malloc put
@@ -201,12 +211,7 @@ class PageBuffer {
 };
 
 const WinogradKernels* kernels_for(int m, int r) {
-  const WinogradKernels* k = nullptr;
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl"))
-    k = winograd_kernels_avx512(m, r);  // Note [Wide Winograd GEMMs]
-  if (k == nullptr && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    k = winograd_kernels_avx2(m, r);
-  if (k == nullptr) k = winograd_kernels_generic(m, r);
+  const WinogradKernels* k = winograd_kernels_fastest(m, r);
   DDPV_CHECK(k != nullptr, "winograd: no loops built for F(", m, "x", m, ",", r, "x", r, ")");
   return k;
 }

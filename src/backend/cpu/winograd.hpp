@@ -110,6 +110,8 @@ struct WinogradKernels {
 const WinogradKernels* winograd_kernels_avx512(int m, int r);
 const WinogradKernels* winograd_kernels_avx2(int m, int r);
 const WinogradKernels* winograd_kernels_generic(int m, int r);
+// The fastest of those the CPU runs (null where none has the instance).
+const WinogradKernels* winograd_kernels_fastest(int m, int r);
 
 // Whether the count weights at w differ from `seen`, which then becomes their copy: the
 // filter transforms run only when the weights changed (backward and evaluation see the

@@ -51,14 +51,18 @@ inline void transpose8(v8 (&r)[8]) {
 // [n0, n1) of xp, zero-padded by g.pad ((in_h + 2 pad) x (in_w + 2 pad) each, read in rows of
 // 8 floats: 8 floats of slack after the last image), with the transformed filters u[p][co]
 // (filter with cin = 1), plus bias. out_h and out_w are multiples of M (whole tiles).
-template <int A, int M>
-void single_forward(const WinogradGeometry& g, const float* bt_in, const float* at_in,
-                    const float* u, const float* xp, const float* bias, int n0, int n1, float* y,
-                    int32_t* positions) {
+// V: the output channels' vector (Note [Wide Winograd transforms]); the input transform works
+// on the tile's rows as v8 whatever V is.
+template <int A, int M, class V>
+void single_forward_v(const WinogradGeometry& g, const float* bt_in, const float* at_in,
+                      const float* u, const float* xp, const float* bias, int n0, int n1, float* y,
+                      int32_t* positions) {
   static_assert(A <= 8, "a tile's row is one vector");
+  using L = Lanes<V>;
+  constexpr int W = L::n;
   const Splat<A> bt(bt_in, A * A);
-  const Splat<A> at(at_in, M * A);
-  const int ph = g.in_h + 2 * g.pad, pw = g.in_w + 2 * g.pad, groups = g.cout / 8;
+  const Splat<A, V> at(at_in, M * A);
+  const int ph = g.in_h + 2 * g.pad, pw = g.in_w + 2 * g.pad, groups = g.cout / W;
   const int64_t work = int64_t{n1 - n0} * g.tiles() * A * A * g.cout;
   in_team(work >= kParallelMin, [&] {  // Note [No team of one]
 #pragma omp for schedule(static)
@@ -79,13 +83,13 @@ void single_forward(const WinogradGeometry& g, const float* bt_in, const float* 
           for (int q = 0; q < A; ++q) store8(v[tx][q], d[q]);
         }
         for (int grp = 0; grp < groups; ++grp) {
-          const float* ug = u + grp * 8;
-          const v8 b = bias != nullptr ? load8(bias + grp * 8) : v8{};
+          const float* ug = u + grp * W;
+          const V b = bias != nullptr ? L::load(bias + grp * W) : V{};
           for (int tx = 0; tx < tw; ++tx) {
-            v8 sm[M][A], t[M][M];
+            V sm[M][A], t[M][M];
             for (int q = 0; q < A; ++q) {  // column q of the product, then of at (it) at^T
-              v8 col[A];
-              for (int p = 0; p < A; ++p) col[p] = v[tx][q][p] * load8(ug + (p * A + q) * g.cout);
+              V col[A];
+              for (int p = 0; p < A; ++p) col[p] = v[tx][q][p] * L::load(ug + (p * A + q) * g.cout);
               at_1d<A, M>(at.v, col, 1, &sm[0][q], A);
             }
             for (int i = 0; i < M; ++i) at_1d<A, M>(at.v, &sm[i][0], 1, &t[i][0], 1);
@@ -94,6 +98,15 @@ void single_forward(const WinogradGeometry& g, const float* bt_in, const float* 
         }
       }
   });
+}
+
+template <int A, int M>
+void single_forward(const WinogradGeometry& g, const float* bt, const float* at, const float* u,
+                    const float* xp, const float* bias, int n0, int n1, float* y,
+                    int32_t* positions) {
+  if (wide(g.cout, g.out_block))
+    return single_forward_v<A, M, Wide>(g, bt, at, u, xp, bias, n0, n1, y, positions);
+  single_forward_v<A, M, v8>(g, bt, at, u, xp, bias, n0, n1, y, positions);
 }
 
 }  // namespace
