@@ -23,21 +23,20 @@ BucketPlan::BucketPlan(const std::vector<ArenaEntry>& params, double bucket_mb)
   };
   for (size_t i = 0; i < params.size(); ++i) {
     const ArenaEntry& e = params[i];
-    DDPV_CHECK(e.offset == total_ && e.count > 0, "parameter arena entry '", e.name, "' at offset ",
-               e.offset, " (", e.count,
-               " floats) does not follow the previous "
-               "one at ",
-               total_, ": the arena must be contiguous");
-    const int64_t bytes = e.count * static_cast<int64_t>(sizeof(float));
+    DDPV_CHECK(e.offset == total_ && e.count > 0 && e.extent >= e.count, "parameter arena entry '",
+               e.name, "' at offset ", e.offset, " (", e.count, " floats in ", e.extent,
+               ") does not follow the previous one at ", total_, ": the arena must be contiguous");
+    // The padding after a tensor goes with it (Note [Aligned entries]): buckets tile the arena.
+    const int64_t bytes = e.extent * static_cast<int64_t>(sizeof(float));
     const int64_t limit = buckets_.empty() ? first_cap : cap;
     if (!open.params.empty() && open.bytes() + bytes > limit) close();
     if (open.params.empty()) open.offset = e.offset;
-    open.count += e.count;
+    open.count += e.extent;
     open.params.push_back(static_cast<int>(i));
     bucket_of_[i] = static_cast<int>(buckets_.size());
     // A full bucket (or a tensor over the cap, alone in its bucket) is closed at once.
     if (open.bytes() >= (buckets_.empty() ? first_cap : cap)) close();
-    total_ += e.count;
+    total_ += e.extent;
   }
   close();
 }

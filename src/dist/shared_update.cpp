@@ -308,7 +308,7 @@ std::unique_ptr<SharedUpdate> SharedUpdate::create(const World& world, Model& mo
     for (int64_t j = 0; j < s->chunks(); ++j)
       s->chunk_spans[static_cast<size_t>(j)] =
           spans_within(decay, j * kChunkFloats, s->chunk_end(j));
-    for (const ArenaEntry& e : model.params()) s->entry_end.push_back(e.offset + e.count);
+    for (const ArenaEntry& e : model.params()) s->entry_end.push_back(e.offset + e.extent);
     s->final_entry.assign(s->entry_end.size(), 0);
   }
   return std::unique_ptr<SharedUpdate>(new SharedUpdate(std::move(s)));

@@ -22,15 +22,18 @@ struct Model::Impl {
 
 namespace {
 
-// Lays `slots` out back to front (Note [Reverse layer order]) and returns the arena entries.
+// Lays `slots` out back to front (Note [Reverse layer order]), each on a 64-byte boundary
+// (Note [Aligned entries]), and returns the arena entries.
 std::vector<ArenaEntry> lay_out_reversed(const std::vector<ParamSlot*>& slots, int64_t* total) {
   std::vector<ArenaEntry> entries;
   int64_t offset = 0;
   for (auto it = slots.rbegin(); it != slots.rend(); ++it) {
     ParamSlot* s = *it;
     s->index = static_cast<int>(entries.size());
-    entries.push_back({s->name, s->shape, offset, s->shape.numel(), s->decay});
-    offset += s->shape.numel();
+    const int64_t count = s->shape.numel();
+    const int64_t extent = (count + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
+    entries.push_back({s->name, s->shape, offset, count, extent, s->decay});
+    offset += extent;
   }
   *total = offset;
   return entries;
@@ -40,8 +43,11 @@ std::vector<float> initial_values(const ParamSlot& s, uint64_t key) {
   std::vector<float> v(static_cast<size_t>(s.shape.numel()));
   Rng rng(key);
   switch (s.init) {
-    case Init::kZeros: break;
-    case Init::kOnes: std::fill(v.begin(), v.end(), 1.0f); break;
+    case Init::kZeros:
+      break;
+    case Init::kOnes:
+      std::fill(v.begin(), v.end(), 1.0f);
+      break;
     case Init::kUniformFanIn: {
       const float bound = 1.0f / std::sqrt(static_cast<float>(std::max<int64_t>(s.fan_in, 1)));
       for (auto& x : v) x = (2.0f * rng.uniform() - 1.0f) * bound;
@@ -114,20 +120,28 @@ void Model::bind_arenas(float* params, float* grads, float* momentum, bool copy_
 }
 
 std::vector<ParamSpan> Model::decay_spans() const {
-  std::vector<ParamSpan> spans;
+  std::vector<ParamSpan> spans;  // each entry's padding goes with it: the spans tile the arena
   for (const auto& e : params_) {
     if (!spans.empty() && spans.back().decay == e.decay) {
-      spans.back().count += e.count;
+      spans.back().count += e.extent;
     } else {
-      spans.push_back({e.offset, e.count, e.decay});
+      spans.push_back({e.offset, e.extent, e.decay});
     }
   }
   return spans;
 }
 
+int64_t Model::num_parameters() const {
+  int64_t n = 0;
+  for (const auto& e : params_) n += e.count;
+  return n;
+}
+
 void Model::init_parameters(uint64_t seed) {
   // Each tensor draws from its own key (seed, forward position), so adding a layer at the end
   // does not change the initial values of the others.
+  backend_.fill(param_count_, 0.0f, param_data());  // the padding (Note [Aligned entries])
+  backend_.fill(buffer_count_, 0.0f, buffer_data());
   uint64_t k = 0;
   for (auto* slots : {&impl_->param_slots, &impl_->buffer_slots}) {
     for (ParamSlot* s : *slots) {
@@ -161,8 +175,8 @@ const Tensor& Model::forward(const Tensor& x, bool training) {
 }
 
 void Model::backward(const Tensor& dlogits, bool accumulate, const GradReadyFn& on_ready) {
-  DDPV_CHECK(impl_->input.defined() && impl_->input.numel() > 0,
-             "model ", name_, ": backward called before forward");
+  DDPV_CHECK(impl_->input.defined() && impl_->input.numel() > 0, "model ", name_,
+             ": backward called before forward");
   DDPV_CHECK(dlogits.shape() == Shape({impl_->input.shape()[0], num_classes_}), "model ", name_,
              ": logit gradient ", dlogits.shape().str(), " does not match the batch");
   impl_->seq.backward(impl_->input, dlogits, nullptr, accumulate, on_ready);
@@ -184,8 +198,8 @@ void Model::set_param(const std::string& name, const std::vector<float>& host) {
     base = buffer_data();
   }
   DDPV_CHECK(e != nullptr, "model ", name_, " has no parameter or buffer named '", name, "'");
-  DDPV_CHECK(static_cast<int64_t>(host.size()) == e->count, "parameter ", name, " has ",
-             e->count, " values ", e->shape.str(), ", got ", host.size());
+  DDPV_CHECK(static_cast<int64_t>(host.size()) == e->count, "parameter ", name, " has ", e->count,
+             " values ", e->shape.str(), ", got ", host.size());
   backend_.copy(base + e->offset, backend_.device(), host.data(), Device::kCpu,
                 host.size() * sizeof(float));
 }
@@ -215,8 +229,8 @@ std::vector<float> Model::get_grad(const std::string& name) {
 
 std::string Model::summary() const {
   std::ostringstream os;
-  os << name_ << " on " << backend_.name() << ", input " << input_.str() << ", "
-     << num_classes_ << " classes, " << param_count_ << " parameters\n";
+  os << name_ << " on " << backend_.name() << ", input " << input_.str() << ", " << num_classes_
+     << " classes, " << num_parameters() << " parameters\n";
   for (const auto& l : impl_->seq.layers()) os << "  " << l->describe() << "\n";
   return os.str();
 }

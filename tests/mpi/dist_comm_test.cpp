@@ -223,6 +223,7 @@ TEST_P(CommTest, ReducerSumsAndIssuesTheSameSequenceOnEveryRank) {
     ArenaEntry e;
     e.name = std::to_string(i);  // (a "p" + prefix trips GCC 12 -Wrestrict at -O3)
     e.count = (i % 9 == 0) ? 100000 : 1000 * (i % 4 + 1);
+    e.extent = e.count;
     e.offset = off;
     e.shape = Shape{e.count};
     off += e.count;
@@ -264,6 +265,7 @@ TEST_P(CommTest, ReducerInBf16SumsWithinBf16RoundingIntoTheF32Arena) {
     ArenaEntry e;
     e.name = std::to_string(i);
     e.count = 3000 + 1000 * (i % 5);
+    e.extent = e.count;
     e.offset = off;
     e.shape = Shape{e.count};
     off += e.count;

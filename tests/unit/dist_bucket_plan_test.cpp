@@ -18,6 +18,7 @@ std::vector<ArenaEntry> arena(const std::vector<int64_t>& bytes) {
     ArenaEntry e;
     e.name = std::to_string(i);
     e.count = bytes[i] / 4;
+    e.extent = e.count;
     e.shape = Shape{e.count};
     e.offset = offset;
     offset += e.count;
@@ -122,9 +123,39 @@ TEST(BucketPlan, GreedyAndWithinCapsOnAManyTensorArena) {
   }
 }
 
+// Note [Aligned entries]: a tensor's padding belongs to its bucket, so the buckets still tile
+// the arena and the cap counts the padding.
+TEST(BucketPlan, PaddingGoesWithItsTensor) {
+  std::vector<ArenaEntry> params = arena({40, 64, 8});
+  const int64_t extents[] = {16, 16, 16};
+  int64_t offset = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    params[i].offset = offset;
+    params[i].extent = extents[i];
+    offset += extents[i];
+  }
+  BucketPlan one(params, 25);
+  ASSERT_EQ(one.size(), 1);
+  EXPECT_EQ(one.buckets()[0].offset, 0);
+  EXPECT_EQ(one.buckets()[0].count, 48);
+  EXPECT_EQ(one.total_count(), 48);
+  BucketPlan each(params, 0);
+  ASSERT_EQ(each.size(), 3);
+  for (int b = 0; b < 3; ++b) {
+    EXPECT_EQ(each.buckets()[static_cast<size_t>(b)].offset, 16 * b);
+    EXPECT_EQ(each.buckets()[static_cast<size_t>(b)].count, 16);
+  }
+  // 64 bytes of cap: the first tensor's 40 bytes and its padding fill it.
+  BucketPlan capped(params, 64.0 / kMiB);
+  EXPECT_EQ(capped.size(), 3);
+}
+
 TEST(BucketPlan, RejectsGapsAndBadSizes) {
   auto params = arena({400, 400});
   params[1].offset += 1;
+  EXPECT_THROW(BucketPlan(params, 25), Error);
+  params = arena({400, 400});
+  params[0].extent = 99;  // less than its count
   EXPECT_THROW(BucketPlan(params, 25), Error);
   EXPECT_THROW(BucketPlan(arena({400}), -1), Error);
   BucketPlan plan(arena({400}), 25);

@@ -72,6 +72,7 @@ std::vector<ArenaEntry> four_tensors() {
     a.name = std::to_string(i);  // (a "p" + prefix trips GCC 12 -Wrestrict at -O3)
     a.count = 100 * (i + 1);
     a.shape = Shape{a.count};
+    a.extent = a.count;
     a.offset = off;
     off += a.count;
     e.push_back(a);

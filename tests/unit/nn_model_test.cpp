@@ -20,7 +20,8 @@ std::unique_ptr<Backend> cpu() {
   return make_backend(o);
 }
 
-TEST(ModelTest, ArenaIsReverseLayerOrderAndContiguous) {
+// Note [Aligned entries]: each entry starts where the previous one's padding to 64 bytes ends.
+TEST(ModelTest, ArenaIsReverseLayerOrderContiguousAndAligned) {
   auto be = cpu();
   auto m = make_model("lenet", *be, Shape{28, 28, 1}, 10);
   std::vector<std::string> names;
@@ -29,15 +30,21 @@ TEST(ModelTest, ArenaIsReverseLayerOrderAndContiguous) {
     names.push_back(e.name);
     EXPECT_EQ(e.offset, offset) << e.name;
     EXPECT_EQ(e.count, e.shape.numel());
-    offset += e.count;
+    EXPECT_EQ(e.extent % 16, 0) << e.name;
+    EXPECT_GE(e.extent, e.count) << e.name;
+    EXPECT_LT(e.extent, e.count + 16) << e.name;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(m->param_data() + e.offset) % 64, 0u) << e.name;
+    offset += e.extent;
   }
   EXPECT_EQ(offset, m->param_count());
+  // fc2.bias (10 floats) comes first: everything after it is padded 6 floats on.
+  EXPECT_EQ(m->params()[1].offset, 16);
   const std::vector<std::string> expected{"fc2.bias",   "fc2.weight",  "fc1.bias",
                                           "fc1.weight", "conv2.bias",  "conv2.weight",
                                           "conv1.bias", "conv1.weight"};
   EXPECT_EQ(names, expected);
   // conv 32 -> pool -> conv 64 -> pool -> fc 128 -> fc 10, counted by hand.
-  EXPECT_EQ(m->param_count(),
+  EXPECT_EQ(m->num_parameters(),
             (32 * 25 + 32) + (64 * 32 * 25 + 64) + (3136 * 128 + 128) + (128 * 10 + 10));
   EXPECT_EQ(m->params().back().shape, Shape({32, 1, 5, 5}));  // OIHW, as torch
 }
@@ -48,7 +55,7 @@ TEST(ModelTest, ResNetCountsAndDecaySpans) {
   // projections (option B) add 16*32 + 32*64 weights and their BatchNorms 2*(32+64).
   auto m = make_model("resnet20", *be, Shape{32, 32, 3}, 10);
   int64_t projections = 16 * 32 + 32 * 64 + 2 * (32 + 64);
-  EXPECT_NEAR(static_cast<double>(m->param_count() - projections), 0.27e6, 0.01e6);
+  EXPECT_NEAR(static_cast<double>(m->num_parameters() - projections), 0.27e6, 0.01e6);
   std::set<std::string> names;
   for (const auto& e : m->params()) {
     names.insert(e.name);
@@ -297,6 +304,16 @@ TEST(ModelTest, LenetLearnsSeparableProblem) {
                    m->momentum_data());
   }
   EXPECT_GT(acc, 0.95);
+  // The padding between entries stayed zero in every arena (Note [Aligned entries]).
+  int64_t padding = 0;
+  for (const auto& e : m->params()) {
+    for (int64_t i = e.offset + e.count; i < e.offset + e.extent; ++i, ++padding) {
+      ASSERT_EQ(m->param_data()[i], 0.0f) << "after " << e.name;
+      ASSERT_EQ(m->grad_data()[i], 0.0f) << "after " << e.name;
+      ASSERT_EQ(m->momentum_data()[i], 0.0f) << "after " << e.name;
+    }
+  }
+  EXPECT_GT(padding, 0);
 }
 
 // Note [Layer profile]: with profiling on, every layer of resnet20 run unfused (each BatchNorm,

@@ -15,11 +15,22 @@ namespace ddpv {
 // One named tensor of an arena. Names are PyTorch state_dict names ("layer1.0.conv1.weight").
 struct ArenaEntry {
   std::string name;
-  Shape shape;           // PyTorch shape: conv OIHW, linear (out, in), vectors (C)
-  int64_t offset = 0;    // in floats, from the start of the arena
+  Shape shape;         // PyTorch shape: conv OIHW, linear (out, in), vectors (C)
+  int64_t offset = 0;  // in floats, from the start of the arena
   int64_t count = 0;
-  bool decay = true;     // weight decay applies (false for BatchNorm parameters and biases)
+  int64_t extent = 0;  // floats it occupies: count and its padding (Note [Aligned entries])
+  bool decay = true;   // weight decay applies (false for BatchNorm parameters and biases)
 };
+
+// Note [Aligned entries]: every entry of an arena starts on a 64-byte boundary (kArenaAlign
+// floats): its extent is its count rounded up, and the padding after it stays zero in every
+// arena (parameters, gradients, momentum, buffers), so the optimizer, the allreduce and the
+// checksums may run over it as over any parameter. Devices want it: cuDNN's persistent
+// BatchNorm kernels read the per-channel vectors 16 bytes at a time and fault with "misaligned
+// address" otherwise (the H200 run of 2026-12-04: resnet20's 10-float fc.bias, first in the
+// arena, put every later tensor 8 bytes off), and vector loads on the CPU cross no cache line.
+// param_count() is the arena's length; num_parameters() counts the model's own.
+inline constexpr int64_t kArenaAlign = 16;
 
 // Note [Reverse layer order]: arenas list tensors in the reverse of the order in which the
 // forward pass uses them. Backward produces gradients in exactly that order, so every
@@ -46,7 +57,8 @@ class Model {
 
   // Parameters (and gradients, momentum: same layout) in arena order.
   const std::vector<ArenaEntry>& params() const { return params_; }
-  int64_t param_count() const { return param_count_; }
+  int64_t param_count() const { return param_count_; }  // the arena's length, in floats
+  int64_t num_parameters() const;                       // without the padding
   float* param_data() { return param_arena_.data<float>(); }
   float* grad_data() { return grad_arena_.data<float>(); }
   float* momentum_data() { return momentum_arena_.data<float>(); }
@@ -100,8 +112,8 @@ class Model {
 
 // The model zoo: "lenet", "resnet20", "resnet56" (and, with the CUDA issue, "resnet18",
 // "resnet50"). input_hwc and classes come from the data.
-std::unique_ptr<Model> make_model(const std::string& name, Backend& backend,
-                                  const Shape& input_hwc, int num_classes);
+std::unique_ptr<Model> make_model(const std::string& name, Backend& backend, const Shape& input_hwc,
+                                  int num_classes);
 std::vector<std::string> model_names();
 
 }  // namespace ddpv

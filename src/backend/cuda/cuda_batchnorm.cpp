@@ -25,11 +25,12 @@ namespace {
 //    Inference always uses SPATIAL (PERSISTENT is a training-only mode).
 //    DDPV_CUDA_BN=legacy uses the plain functions (PERSISTENT, then SPATIAL as above) from the
 //    start, for comparisons: what training used until the first GPU run. They take no
-//    workspace; the first H200 run measured resnet50 at 257 images/s in fp32 and 337 in bf16
-//    (PyTorch: 1061 and 4712), the two precisions about 0.7 s a step apart from PyTorch
-//    alike, which points at the fp32 work they share: BatchNorm, ReLU, pooling, the
-//    optimizer. Which of them it is, `ddpv-train --profile-layers` will say on the next GPU
-//    run (docs/performance.md, "Device runs").
+//    workspace and are slow: on the H200 (resnet50 fp32, batch 256) BatchNorm took 686 ms of
+//    a 1036 ms step with them and 27.5 ms of 366 with the Ex functions (docs/performance.md,
+//    "Device runs", 2026-12-04).
+//  - The persistent kernels read the per-channel vectors (gamma, beta, the running and saved
+//    statistics, their gradients) 16 bytes at a time and fault with "misaligned address"
+//    otherwise; the arenas keep every tensor 64-byte aligned (Note [Aligned entries]).
 //  - BatchNorm stays fp32 under --precision bf16, as PyTorch's autocast keeps it.
 class CudaBatchNorm final : public BatchNormOp {
  public:

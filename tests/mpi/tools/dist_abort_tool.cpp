@@ -19,6 +19,7 @@ std::vector<ddpv::ArenaEntry> fake_params(int n, int64_t count) {
     ddpv::ArenaEntry e;
     e.name = std::to_string(i);
     e.count = count;
+    e.extent = count;
     e.offset = i * count;
     e.shape = ddpv::Shape{count};
     params.push_back(e);
