@@ -5,7 +5,9 @@
 #      scripts/pack-device-libs.sh), or a CUDA build there (CUDA_ARCHS=90) when that machine
 #      has our build dependencies (DDPV_DEVICE_BUILD=1 forces the build);
 #   2. installs the carried shared libraries the device lacks (never replacing a file);
-#   3. runs the GPU tests (cuda_*_test, and the op tests, whose CUDA cases run there);
+#   3. runs the GPU tests (cuda_*_test, and the op tests, whose CUDA cases run there), failed
+#      cases again under CUDA_LAUNCH_BLOCKING=1 and compute-sanitizer, and a few training steps
+#      of each model in both precisions;
 #   4. measures resnet50 224x224 --synthetic training throughput at batch 256, fp32 and bf16,
 #      with ddpv-train, and PyTorch's for the same model (channels_last, AMP bf16), and prints
 #      both and the ratio;
@@ -16,6 +18,7 @@
 #
 #   device tool: run(command="scripts/device-check.sh", carry=[".devlibs"], timeout_s=420)
 #   knobs (environment): STEPS=30 WARMUP=10 BATCH=256 DDPV_DEVICE_BUILD=auto|1 SKIP_TESTS=1
+#                        TESTS="cuda_parity_test ..." (a subset) MODELS="lenet resnet20 resnet18"
 #                        PROFILE=1 PROFILE_STEPS=6 RATES=1 (0: skip part 4)
 # Exit status 0: every test passed and all four rates were measured; 1 otherwise; 2: no setup.
 set -uo pipefail
@@ -137,6 +140,33 @@ export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader
 export DDPV_SOURCE_DIR=$ROOT DDPV_BIN_DIR=$BIN OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
 
 # ---- 3. GPU tests --------------------------------------------------------------------------
+# A test that fails runs its failed cases again, one at a time: with CUDA_LAUNCH_BLOCKING=1
+# (an asynchronous kernel fault then surfaces at the call that launched it, with our file and
+# line) and under compute-sanitizer's memcheck where the toolkit has it (it names the kernel
+# and the bad address), into tests/NAME.rerun.log; the first lines of each go to the report.
+SANITIZER=$(command -v compute-sanitizer || ls "$CUDA_HOME"/bin/compute-sanitizer 2>/dev/null || true)
+rerun_failed() {  # binary name
+  local t=$1 name=$2 case log sanitize=1
+  for case in $(sed -n 's/^\[  FAILED  \] \([^ ,]*\).*/\1/p' "$OUT_DIR/tests/$name.log" | sort -u); do
+    [[ $case == *.* ]] || continue
+    time_left || return
+    log=$OUT_DIR/tests/$name.${case//\//_}.rerun.log
+    {
+      echo "== $case, CUDA_LAUNCH_BLOCKING=1"
+      CUDA_LAUNCH_BLOCKING=1 timeout 60 "$t" --gtest_color=no --gtest_filter="$case" 2>&1 | tail -25
+      if [[ -n $SANITIZER ]] && ((sanitize)); then  # the first case only: it is slow
+        sanitize=0
+        echo "== $case, compute-sanitizer --tool memcheck"
+        timeout 90 "$SANITIZER" --tool memcheck --print-limit 4 "$t" --gtest_color=no \
+          --gtest_filter="$case" 2>&1 | grep -v '^\[ \|^Running main\|^$' | head -60
+      fi
+    } >"$log" 2>&1
+    say "rerun of $case (tests/$(basename "$log")):"
+    grep -E '^==|rror|Invalid|thrown|Address|\.cpp:' "$log" | grep -v 'Host Frame' | head -16 |
+      tee -a "$REPORT"
+  done
+}
+
 TEST_SUMMARY=""
 TESTS_OK=1
 if [[ ${SKIP_TESTS:-0} != 1 ]]; then
@@ -145,6 +175,7 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
     [[ -x $t ]] || continue
     time_left || { say "time budget reached: skipping the remaining tests"; break; }
     name=$(basename "$t")
+    [[ -z ${TESTS:-} || " $TESTS " == *" $name "* ]] || continue
     timeout 90 "$t" --gtest_color=no >"$OUT_DIR/tests/$name.log" 2>&1
     rc=$?
     passed=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$OUT_DIR/tests/$name.log" | tail -1)
@@ -156,7 +187,27 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
     TEST_SUMMARY+="$line"$'\n'
     if ((rc != 0)); then
       grep -E '^\[  FAILED  \]|Failure|error|what\(\)' "$OUT_DIR/tests/$name.log" | head -12 | tee -a "$REPORT"
+      rerun_failed "$t" "$name"
     fi
+  done
+fi
+
+# ---- 3b. every model trains: a few steps of each, both precisions, small batches ------------
+# The op tests cover each op's shapes; this covers the models' own (lenet's single input
+# channel, resnet20's 32x32 stages) and the trainer around them.
+if [[ ${SKIP_TESTS:-0} != 1 ]]; then
+  for model in ${MODELS:-lenet resnet20 resnet18}; do
+    for prec in fp32 bf16; do
+      time_left || break 2
+      log=$OUT_DIR/tests/train-$model-$prec.log
+      timeout 90 "$BIN/ddpv-train" --model "$model" --synthetic --device cuda --batch-size 16 \
+        --synthetic-size 64 --max-steps 4 --precision "$prec" >"$log" 2>&1
+      rc=$?
+      ((rc == 0)) || TESTS_OK=0
+      line="train $model $prec: rc $rc"
+      say "$line: $(grep -E '^done|rror' "$log" | tail -1)"
+      TEST_SUMMARY+="$line"$'\n'
+    done
   done
 fi
 
