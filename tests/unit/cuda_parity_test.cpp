@@ -72,7 +72,8 @@ TEST_P(CudaParity, Conv2d) {
   const Case cases[] = {{4, 16, 32, 14, 14, 3, 1, 1, false},
                         {4, 32, 64, 14, 14, 1, 2, 0, false},
                         {2, 3, 16, 32, 32, 7, 2, 3, false},
-                        {3, 5, 7, 9, 9, 3, 2, 1, true}};
+                        {3, 5, 7, 9, 9, 3, 2, 1, true},
+                        {4, 1, 32, 28, 28, 5, 1, 2, true}};  // lenet's conv1
   for (const Case& c : cases) {
     Conv2dConfig cfg;
     cfg.in_channels = c.cin;
@@ -245,6 +246,28 @@ TEST_P(CudaParity, SoftmaxCrossEntropy) {
 // A model step compared GPU against CPU, each from random weights and inputs, was a poor test:
 // nothing kept ReLU inputs away from zero, and two correct CPU variants (NHWC against blocked
 // activations) differed by 0.37 on its measure.
+// Note [bf16 reference] (tests/golden/make_golden.py): bf16 moves these tiny-batch gradients
+// by 10-50% of their norm, PyTorch's as much as ours, so bf16 gradients are held to PyTorch's
+// own bf16 error on the same case: the median and the worst over the model's tensors within
+// 1.5 times PyTorch's (the first H200 run: lenet 0.12 and 0.16 against PyTorch's 0.12 and 0.17,
+// resnet20's worst 0.54 against 0.51, both on layer1.1.bn2.weight). A bf16 path that lost
+// precision anywhere else (a value through bf16 twice, a wrong rounding) lands far above.
+void expect_bf16_grads_like_pytorch(Model& model, const std::string& file) {
+  std::vector<double> ours, torch;
+  for (const auto& p : h5_list(file, "grads")) {
+    ours.push_back(norm_rel_error(model.get_grad(p), h5_read_floats(file, "grads/" + p)));
+    torch.push_back(h5_read_floats(file, "bf16_grad_error/" + p).at(0));
+  }
+  ASSERT_FALSE(ours.empty());
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  auto worst = [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); };
+  EXPECT_LE(median(ours), 1.5 * median(torch)) << "median gradient error, bf16";
+  EXPECT_LE(worst(ours), 1.5 * worst(torch)) << "worst gradient error, bf16";
+}
+
 TEST_P(CudaParity, ModelTrainingStepMatchesPyTorch) {
   for (const char* name : {"lenet", "resnet20"}) {
     SCOPED_TRACE(name);
@@ -274,9 +297,13 @@ TEST_P(CudaParity, ModelTrainingStepMatchesPyTorch) {
     loss_op->backward(g.n, l.data(), d.data(), 1.0f / static_cast<float>(g.n));
     model->backward(Tensor::wrap(d.data(), Shape{g.n, g.classes}, DType::kF32, be->device()),
                     false);
-    for (const auto& p : h5_list(g.file, "grads"))
-      EXPECT_LE(error(model->get_grad(p), h5_read_floats(g.file, "grads/" + p)), tol)
-          << "gradient of " << p;
+    if (bf16()) {
+      expect_bf16_grads_like_pytorch(*model, g.file);
+    } else {
+      for (const auto& p : h5_list(g.file, "grads"))
+        EXPECT_LE(error(model->get_grad(p), h5_read_floats(g.file, "grads/" + p)), tol)
+            << "gradient of " << p;
+    }
     for (const auto& b : h5_list(g.file, "buffers_after"))
       EXPECT_LE(error(model->get_param(b), h5_read_floats(g.file, "buffers_after/" + b)), stats)
           << "buffer " << b;

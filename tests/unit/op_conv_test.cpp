@@ -7,12 +7,14 @@
 namespace ddpv::test {
 namespace {
 
-// Stride 1 and 2, padding 0 and 1, kernels 1, 3 and 5, with and without bias, odd sizes.
+// Stride 1 and 2, padding 0 to 2, kernels 1, 3 and 5, with and without bias, odd sizes, one
+// input channel.
 const ConvCase kCases[] = {
-    {2, 3, 4, 7, 5, 3, 1, 1, true},  {2, 2, 3, 6, 7, 3, 2, 1, false},
-    {3, 3, 2, 5, 7, 1, 1, 0, true},  {1, 4, 3, 9, 8, 5, 2, 0, false},
-    {2, 2, 5, 7, 7, 5, 1, 1, true},  {2, 3, 4, 8, 9, 3, 2, 0, true},
-    {1, 5, 3, 5, 5, 1, 2, 1, false}, {2, 8, 16, 6, 6, 3, 1, 1, true},
+    {2, 3, 4, 7, 5, 3, 1, 1, true},    {2, 2, 3, 6, 7, 3, 2, 1, false},
+    {3, 3, 2, 5, 7, 1, 1, 0, true},    {1, 4, 3, 9, 8, 5, 2, 0, false},
+    {2, 2, 5, 7, 7, 5, 1, 1, true},    {2, 3, 4, 8, 9, 3, 2, 0, true},
+    {1, 5, 3, 5, 5, 1, 2, 1, false},   {2, 8, 16, 6, 6, 3, 1, 1, true},
+    {2, 1, 32, 28, 28, 5, 1, 2, true},  // lenet's conv1: one input channel
 };
 
 class ConvOpTest : public ::testing::TestWithParam<Device> {};
