@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
           "%s, batch %d per rank, %d ranks, %d thread(s) per rank, %lld parameters "
           "(%.2f MiB of gradients), %d steps per variant, interleaved\n",
           model_name.c_str(), batch, world.size(), threads,
-          static_cast<long long>(model->param_count()),
+          static_cast<long long>(model->num_parameters()),
           static_cast<double>(model->param_count()) * 4 / (1 << 20), steps);
       std::printf("%-34s %10s %10s %18s\n", "variant", "best ms", "median ms", "median wait ms");
       for (const Runner& r : runners) {
