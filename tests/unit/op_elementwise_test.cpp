@@ -101,6 +101,48 @@ TEST_P(ElementwiseOpTest, AddFillScale) {
   backend->fill(0, 1.0f, nullptr);  // an empty range touches nothing
 }
 
+// Views into a larger buffer, 16-byte aligned (offset 4) or not (offset 1), with counts that
+// leave a tail of 0 to 3 past the last group of four (Note [Vector elementwise] in the CUDA
+// backend): every element of the view is right and nothing around it is touched.
+TEST_P(ElementwiseOpTest, ViewsAtAnyOffsetAndCount) {
+  DDPV_BACKEND_OR_SKIP(backend, GetParam());
+  for (int64_t offset : {1, 4}) {
+    for (int64_t count : {1, 6, 1003, 4096}) {
+      SCOPED_TRACE("offset=" + std::to_string(offset) + " count=" + std::to_string(count));
+      const size_t total = static_cast<size_t>(offset + count + 5);
+      const auto a = random_vector(total, 7), b = random_vector(total, 8);
+      DeviceBuffer a_(backend.get(), a), b_(backend.get(), b), y_(backend.get(), total);
+      auto check = [&](const char* what, auto f) {
+        const std::vector<float> y = y_.to_host();
+        for (size_t i = 0; i < total; ++i) {
+          const bool inside =
+              i >= static_cast<size_t>(offset) && i < static_cast<size_t>(offset + count);
+          const float want = inside ? f(a[i], b[i]) : -7.0f;
+          ASSERT_EQ(y[i], want) << what << " at " << i;
+        }
+      };
+      auto run = [&](const char* what, auto op, auto f) {
+        backend->fill(static_cast<int64_t>(total), -7.0f, y_.data());
+        op(a_.data() + offset, b_.data() + offset, y_.data() + offset);
+        check(what, f);
+      };
+      run(
+          "add", [&](float* x, float* z, float* y) { backend->add(count, x, z, y); },
+          [](float x, float z) { return x + z; });
+      run(
+          "add_relu", [&](float* x, float* z, float* y) { backend->add_relu(count, x, z, y); },
+          [](float x, float z) { return std::max(0.0f, x + z); });
+      run(
+          "relu_forward", [&](float* x, float*, float* y) { backend->relu_forward(count, x, y); },
+          [](float x, float) { return std::max(0.0f, x); });
+      run(
+          "relu_backward",
+          [&](float* x, float* z, float* y) { backend->relu_backward(count, x, z, y); },
+          [](float x, float z) { return x > 0.0f ? z : 0.0f; });
+    }
+  }
+}
+
 TEST_P(ElementwiseOpTest, AllFiniteFindsEveryKindOfNonFinite) {
   DDPV_BACKEND_OR_SKIP(backend, GetParam());
   const float bad[] = {std::numeric_limits<float>::quiet_NaN(),

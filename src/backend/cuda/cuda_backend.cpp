@@ -99,8 +99,7 @@ class CudaUploadStream final : public UploadStream {
   void copy(int slot, void* device_dst, const void* host_src, size_t bytes) override {
     if (bytes == 0) return;
     DDPV_CUDA_CHECK(cudaStreamWaitEvent(stream_, released(slot), 0));
-    DDPV_CUDA_CHECK(
-        cudaMemcpyAsync(device_dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
+    DDPV_CUDA_CHECK(cudaMemcpyAsync(device_dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
   }
   void commit(int slot) override { DDPV_CUDA_CHECK(cudaEventRecord(copied(slot), stream_)); }
   void acquire(int slot) override {
@@ -195,6 +194,9 @@ class CudaBackend final : public Backend {
   }
   void add(int64_t count, const float* a, const float* b, float* y) override {
     DDPV_CUDA_CHECK(cuda::add(count, a, b, y, ctx_->stream()));
+  }
+  void add_relu(int64_t count, const float* a, const float* b, float* y) override {
+    DDPV_CUDA_CHECK(cuda::add_relu(count, a, b, y, ctx_->stream()));
   }
   void fill(int64_t count, float value, float* y) override {
     DDPV_CUDA_CHECK(cuda::fill(count, value, y, ctx_->stream()));

@@ -14,6 +14,7 @@ namespace ddpv::cuda {
 cudaError_t fill(int64_t count, float value, float* y, cudaStream_t stream);
 cudaError_t scale(int64_t count, float alpha, float* y, cudaStream_t stream);
 cudaError_t add(int64_t count, const float* a, const float* b, float* y, cudaStream_t stream);
+cudaError_t add_relu(int64_t count, const float* a, const float* b, float* y, cudaStream_t stream);
 cudaError_t relu_forward(int64_t count, const float* x, float* y, cudaStream_t stream);
 cudaError_t relu_backward(int64_t count, const float* y, const float* dy, float* dx,
                           cudaStream_t stream);
