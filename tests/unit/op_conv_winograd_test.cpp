@@ -103,8 +103,8 @@ TEST(WinogradMatrices, HaveTheEntriesTheLoopsAssume) {
 // Forward, backward-data, backward-weights and bias against the naive loops, in NHWC and in
 // blocks of 8 and 16: both tile sizes, 3x3 and 5x5, padding from 0 to more than the kernel
 // half, sizes that do not fill the last tile, outputs too small for a 4x4 tile, and batches
-// that take several chunks; on one thread and on three (the loops split images, channel
-// groups and points between threads). Then backward again, accumulating: every gradient
+// that take several chunks; on one thread and on three (the threads take whole chunks, or
+// split a lone chunk's images and points). Then backward again, accumulating: every gradient
 // doubles.
 TEST(ConvOpWinograd, MatchesTheNaiveLoopInEveryLayout) {
   uint64_t seed = 1000;
@@ -113,8 +113,10 @@ TEST(ConvOpWinograd, MatchesTheNaiveLoopInEveryLayout) {
     for (ConvCase cc :
          {ConvCase{2, 16, 16, 7, 9, 3, 1, 1, true}, ConvCase{3, 32, 16, 14, 14, 5, 1, 2, false},
           ConvCase{2, 16, 32, 5, 6, 5, 1, 0, true},  // 1x2 output: F(2x2, 5x5)
-          ConvCase{1, 16, 16, 11, 4, 3, 1, 2, true},
-          ConvCase{13, 16, 16, 8, 8, 3, 1, 1, true}}) {  // 2 chunks of images
+          ConvCase{1, 16, 16, 11, 4, 3, 1, 2, true}, ConvCase{13, 16, 16, 8, 8, 3, 1, 1, true},
+          // 3 chunks of 4, 4 and 1 images: on three threads, one each (Note [Chunks between
+          // threads])
+          ConvCase{9, 16, 16, 16, 16, 3, 1, 1, true}}) {
       Conv2dConfig c = cc.config();
       c.in_block = block_for(c.in_channels, block);
       c.out_block = block_for(c.out_channels, block);
@@ -149,6 +151,42 @@ TEST(ConvOpWinograd, MatchesTheNaiveLoopInEveryLayout) {
       EXPECT_TRUE(winograd_close(p.dx(), p.grads_ref().dx)) << "dx after new weights";
     }
   }
+}
+
+// Note [Chunks between threads]: a team of threads gives the same result bit for bit from one
+// call to the next (a run is reproducible for a fixed thread count), and to rounding what one
+// thread gives; the forward, both gradients and the bias gradient, overwritten and
+// accumulated.
+TEST(ConvOpWinograd, ChunksBetweenThreadsRepeatBitForBit) {
+  const ConvCase cc{11, 16, 32, 16, 16, 3, 1, 1, true};  // 3 chunks: 4, 4 and 3 images
+  struct Result {
+    std::vector<float> y, dx, dw, db;
+  };
+  auto run = [&](int threads) {
+    auto backend = winograd_backend(8, threads);
+    Conv2dConfig c = cc.config();
+    c.in_block = block_for(c.in_channels, 8);
+    c.out_block = block_for(c.out_channels, 8);
+    auto op = backend->conv2d(c);
+    uint64_t seed = 4242;  // the same data for every run
+    ConvProblem p(backend.get(), c, cc.n, seed);
+    p.forward(*op);
+    p.backward(*op, true, false);
+    p.backward(*op, true, true);  // dw and db accumulate; dx is overwritten
+    return Result{p.y(), p.dx(), p.gw.to_host(), p.gb.to_host()};
+  };
+  const Result one = run(1), a = run(3), b = run(3);
+  EXPECT_EQ(a.y, b.y);
+  EXPECT_EQ(a.dx, b.dx);
+  EXPECT_EQ(a.dw, b.dw);
+  EXPECT_EQ(a.db, b.db);
+  auto close = [](const std::vector<float>& x, const std::vector<float>& y) {
+    return winograd_close(x, std::vector<double>(y.begin(), y.end()));
+  };
+  EXPECT_EQ(a.y, one.y);  // each image's tiles go through the same loops in the same order
+  EXPECT_EQ(a.dx, one.dx);
+  EXPECT_TRUE(close(a.dw, one.dw)) << "dw";  // summed per thread, then added
+  EXPECT_TRUE(close(a.db, one.db)) << "db";
 }
 
 // The loops built for the baseline instruction set (what a CPU without AVX2 + FMA runs) give

@@ -5,6 +5,13 @@
 #include <omp.h>
 
 namespace ddpv::cpu {
+
+// Note [Alone in a chunk]: true on a thread of a Winograd convolution's team while it works
+// through a chunk of images of its own (Note [Chunks between threads] in winograd.cpp): the
+// loops below then run whole on it, with no team and no worksharing. One flag for every
+// instruction set's copy of these helpers, so defined once (winograd.cpp).
+extern constinit thread_local bool t_alone;
+
 namespace {  // NOLINT(google-build-namespaces): see above
 
 // Note [No team of one]: `#pragma omp parallel if (false)` still goes through libgomp. It
@@ -21,13 +28,30 @@ namespace {  // NOLINT(google-build-namespaces): see above
 // op_team_test counts the regions of lenet's and resnet20's training steps: none on one thread.
 template <class F>
 inline void in_team(bool worth_it, const F& f) {
-  if (worth_it && omp_get_max_threads() > 1) {
+  if (worth_it && !t_alone && omp_get_max_threads() > 1) {
 #pragma omp parallel
     f();
   } else {
     f();
   }
 }
+
+// body(i) for i in [begin, end): the loop of an in_team body, divided between the team as
+// `#pragma omp for schedule(static)` does, or whole on this thread when it is alone in a
+// chunk (Note [Alone in a chunk]).
+template <class I, class Body>
+inline void team_for(I begin, I end, const Body& body) {
+  if (t_alone) {
+    for (I i = begin; i < end; ++i) body(i);
+    return;
+  }
+#pragma omp for schedule(static)
+  for (I i = begin; i < end; ++i) body(i);
+}
+
+// The team in_team(worth_it, ...) runs on, and this thread's place in it.
+inline int team_size(bool worth_it) { return worth_it && !t_alone ? omp_get_max_threads() : 1; }
+inline int team_rank() { return t_alone ? 0 : omp_get_thread_num(); }
 
 }  // namespace
 }  // namespace ddpv::cpu

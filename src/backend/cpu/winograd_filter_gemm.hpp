@@ -325,8 +325,7 @@ void gemm_packed(const WinogradGemm& g) {
     const std::unique_ptr<float[]> panel(new float[size_t(kmax * (g.m + g.n) + 16)]);
     float* const pa = align64(panel.get());
     float* const pb = pa + kmax * g.m;
-#pragma omp for schedule(static)
-    for (int64_t p = 0; p < g.points; ++p) {
+    team_for(int64_t{0}, g.points, [&](int64_t p) {
       const float* a = g.a + p * g.a_point;
       const float* b = g.b + p * g.b_point;
       float* c = g.c + p * g.c_point;
@@ -362,7 +361,7 @@ void gemm_packed(const WinogradGemm& g) {
           }
         }
       }
-    }
+    });
   });
 }
 
@@ -374,9 +373,9 @@ void gemm_packed(const WinogradGemm& g) {
 void gemm(const WinogradGemm& g) {
   if (g.a_row == 1 && g.a_col != 1 && g.m % 8 == 0 && g.n % 8 == 0) return gemm_packed(g);
   in_team(g.points * g.m * g.n * g.k >= kParallelGemmMin, [&] {  // Note [No team of one]
-#pragma omp for schedule(static)
-    for (int64_t p = 0; p < g.points; ++p)
+    team_for(int64_t{0}, g.points, [&](int64_t p) {
       gemm_point(g, g.a + p * g.a_point, g.b + p * g.b_point, g.c + p * g.c_point);
+    });
   });
 }
 

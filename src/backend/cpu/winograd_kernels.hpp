@@ -41,11 +41,11 @@ template <int W, class F>
 inline void for_each_tile(const WinogradGeometry& g, int channels, int n0, int n1, int64_t work,
                           const F& f) {
   in_team(work >= kParallelMin, [&] {  // Note [No team of one]
-#pragma omp for schedule(static)
-    for (int n = n0; n < n1; ++n)
+    team_for(n0, n1, [&](int n) {
       for (int ty = 0; ty < g.tiles_h; ++ty)
         for (int tx = 0; tx < g.tiles_w; ++tx)
           for (int grp = 0; grp < channels / W; ++grp) f(n, ty, tx, grp);
+    });
   });
 }
 
@@ -71,10 +71,10 @@ template <int W, class F>
 inline void for_each_tile_row(const WinogradGeometry& g, int channels, int n0, int n1, int64_t work,
                               const F& f) {
   in_team(work >= kParallelMin, [&] {  // Note [No team of one]
-#pragma omp for schedule(static)
-    for (int n = n0; n < n1; ++n)
+    team_for(n0, n1, [&](int n) {
       for (int ty = 0; ty < g.tiles_h; ++ty)
         for (int grp = 0; grp < channels / W; ++grp) f(n, ty, grp);
+    });
   });
 }
 
@@ -228,12 +228,11 @@ void output_adjoint_v(const WinogradGeometry& g, const float* at_in, const float
   const int64_t image = g.pool ? int64_t{h / 2} * (w / 2) * g.cout : int64_t{h} * w * g.cout;
   const int items = g.tiles() * groups;
   const bool parallel = rows * ts >= kParallelMin;
-  const int team = parallel ? omp_get_max_threads() : 1;  // in_team's team
+  const int team = team_size(parallel);
   std::vector<V> sums(db != nullptr ? size_t(team) * groups : 0);
   in_team(parallel, [&] {  // Note [No team of one]
-    V* mine = sums.empty() ? nullptr : sums.data() + size_t(omp_get_thread_num()) * groups;
-#pragma omp for schedule(static)
-    for (int n = n0; n < n1; ++n)
+    V* mine = sums.empty() ? nullptr : sums.data() + size_t(team_rank()) * groups;
+    team_for(n0, n1, [&](int n) {
       for (int ty = 0; ty < g.tiles_h; ++ty)
         for (int tx = 0; tx < tw; ++tx)
           for (int grp = 0; grp < groups; ++grp) {
@@ -268,6 +267,7 @@ void output_adjoint_v(const WinogradGeometry& g, const float* at_in, const float
             for (int k = 0; k < A; ++k)
               for (int l = 0; l < A; ++l) L::store(out + (k * A + l) * g.cout, t[k][l]);
           }
+    });
   });
   if (db != nullptr)
     for (int t = 0; t < team; ++t)
