@@ -44,6 +44,8 @@ class Conv2dLayer final : public WeightedLayer<Conv2dOp> {
 
   bool fuse_relu() override { return relu_fused_ = op_->fuse_relu(); }
 
+  bool add_input_grad() override { return op_->add_input_grad(); }
+
   bool fuse_max_pool(Layer& pool) override {
     int kernel = 0;
     Pool2dOp* op = pool.fusable_max_pool(&kernel);

@@ -40,6 +40,16 @@ Shape Sequence::setup(Backend& backend, const Shape& in) {
   return s;
 }
 
+bool Sequence::add_input_grad() {
+  if (backend_ == nullptr || !backend_->fuse_layers() || layers_.empty() || folded_[0])
+    return false;
+  // dy may be dx: a later layer must take it (and be done with it) before layer 0 writes dx.
+  bool later = false;
+  for (size_t k = 1; k < layers_.size(); ++k)
+    later = later || !(folded_[k] || (k >= 2 && pooled_[k - 2]));
+  return later && layers_[0]->add_input_grad();
+}
+
 void Sequence::collect(std::vector<ParamSlot*>& params, std::vector<ParamSlot*>& buffers) {
   for (auto& layer : layers_) layer->collect(params, buffers);
 }

@@ -24,10 +24,13 @@ class Sequence {
   // dy: like the output -> dx: like x (null: not needed).
   void backward(const Tensor& x, const Tensor& dy, Tensor* dx, bool accumulate,
                 const GradReadyFn& ready);
+  // Note [Input gradient added]: after setup, asks backward to add the input gradient to what
+  // dx holds; true if it will from now on, and then dy may be dx itself.
+  bool add_input_grad();
 
  private:
   std::vector<std::unique_ptr<Layer>> layers_;
-  std::vector<Tensor> acts_;  // acts_[i]: output of layer i
+  std::vector<Tensor> acts_;        // acts_[i]: output of layer i
   std::vector<std::string> kinds_;  // kinds_[i]: "conv 3x3/1 pad 1", for the layer profile
   std::vector<char>
       fused_;  // fused_[i]: layer i is a ReLU that layer i - 1 applies (Note [Fused ReLU])

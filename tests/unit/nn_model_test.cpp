@@ -183,6 +183,20 @@ TEST(ModelTest, Resnet20FusesBatchNormReluPairs) {
   auto m = make_model("resnet20", *be, Shape{32, 32, 3}, 10);
   const std::string summary = m->summary();
   EXPECT_NE(summary.find("bn1: batchnorm (+ relu)"), std::string::npos) << summary;
+  // Note [Input gradient added]: the seven blocks with an identity shortcut, not the two
+  // with a projection.
+  for (const char* block :
+       {"layer1.0", "layer1.1", "layer1.2", "layer2.1", "layer2.2", "layer3.1", "layer3.2"}) {
+    const std::string b = block;
+    EXPECT_NE(summary.find(b + ": basic block (" + b + ".conv1 adds the shortcut's gradient)"),
+              std::string::npos)
+        << summary;
+  }
+  for (const char* block : {"layer2.0", "layer3.0"}) {
+    EXPECT_NE(summary.find(std::string(block) + ": basic block (projection shortcut)"),
+              std::string::npos)
+        << summary;
+  }
 }
 
 // docs/architecture.md, "Layer fusion": with every fusion on (the default) and with
@@ -206,6 +220,8 @@ TEST(ModelTest, FusedLayersComputeWhatSeparateLayersCompute) {
     EXPECT_NE(fused->summary().find("+ relu"), std::string::npos) << fused->summary();
     EXPECT_EQ(plain->summary().find("+ relu"), std::string::npos) << plain->summary();
     EXPECT_EQ(plain->summary().find("+ maxpool"), std::string::npos) << plain->summary();
+    EXPECT_EQ(plain->summary().find("adds the shortcut's gradient"), std::string::npos)
+        << plain->summary();
     fused->init_parameters(8);
     plain->init_parameters(8);
     const int n = 4;

@@ -189,6 +189,40 @@ TEST(ConvOpWinograd, ChunksBetweenThreadsRepeatBitForBit) {
   EXPECT_TRUE(close(a.db, one.db)) << "db";
 }
 
+// Note [Input gradient added]: once asked, backward adds the input gradient to what dx holds
+// (the naive loops' dx plus the values put there first), in every layout, on one thread and
+// on three, over several chunks; the weight and bias gradients are unchanged by it.
+TEST(ConvOpWinograd, AddsTheInputGradientWhenAsked) {
+  uint64_t seed = 5000;
+  for (auto [block, threads] : {std::pair{0, 1}, {8, 1}, {16, 1}, {8, 3}}) {
+    auto backend = winograd_backend(block, threads);
+    for (ConvCase cc :
+         {ConvCase{2, 16, 16, 7, 9, 3, 1, 1, false}, ConvCase{3, 32, 16, 14, 14, 5, 1, 2, true},
+          ConvCase{9, 16, 16, 16, 16, 3, 1, 1, true}}) {  // 3 chunks
+      Conv2dConfig c = cc.config();
+      c.in_block = block_for(c.in_channels, block);
+      c.out_block = block_for(c.out_channels, block);
+      auto op = backend->conv2d(c);
+      SCOPED_TRACE(cc.str() + " block " + std::to_string(block) + ", " + std::to_string(threads) +
+                   " threads");
+      ASSERT_TRUE(op->add_input_grad());
+      ConvProblem p(backend.get(), c, cc.n, seed);
+      const std::vector<float> held = random_vector(p.x.size(), ++seed);
+      upload(p.gx, nhwc_to_blocked(held, cc.n, p.ihw, c.in_channels, c.in_block));
+      p.forward(*op);
+      p.backward(*op, true, false);
+      ConvGrads ref = p.grads_ref();
+      std::vector<double> want = ref.dx;
+      for (size_t i = 0; i < want.size(); ++i) want[i] += held[i];
+      EXPECT_TRUE(winograd_close(p.dx(), want)) << "dx";
+      EXPECT_TRUE(winograd_close(p.gw.to_host(), ref.dw)) << "dw";
+      if (c.bias) {
+        EXPECT_TRUE(winograd_close(p.gb.to_host(), ref.db)) << "db";
+      }
+    }
+  }
+}
+
 // The loops built for the baseline instruction set (what a CPU without AVX2 + FMA runs) give
 // what the AVX2 ones (and the AVX-512 ones) give, transform by transform, on a geometry with
 // partial tiles.

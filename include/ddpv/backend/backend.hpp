@@ -94,6 +94,9 @@ class Conv2dOp {
                         float* dw, float* db, bool accumulate) = 0;
   // How the op computes, for logs and tests: "direct", "winograd F(4x4,5x5)", ...
   virtual std::string algorithm() const { return "direct"; }
+  // Note [Input gradient added]: asks backward and backward_pooled to add the input gradient
+  // to what dx holds instead of overwriting it; true if they will from now on.
+  virtual bool add_input_grad() { return false; }
   // Note [Fused ReLU]: asks forward to write max(0, y) (NaN kept, -0 as +0: the ReLU op's
   // rule) where it can do so for free; true if it will. Backward is unchanged: dy is still the
   // gradient of the convolution's own output (the ReLU's backward has masked it).

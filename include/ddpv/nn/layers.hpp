@@ -53,6 +53,9 @@ class Layer {
                         bool accumulate, const GradReadyFn& ready) = 0;
 
   virtual std::string describe() const;  // "conv1: conv 3x3/1 pad 1, (32, 32, 3) -> (32, 32, 16)"
+  // Note [Input gradient added]: asks backward (and backward_pooled) to add the input gradient
+  // to what dx holds instead of overwriting it; true if this layer will from now on.
+  virtual bool add_input_grad() { return false; }
   // A block runs layers of its own, which the profile times instead (Note [Layer profile]).
   virtual bool is_block() const { return false; }
 

@@ -170,6 +170,13 @@ class WinogradConv2d final : public Conv2dOp {
     return true;
   }
 
+  // Note [Input gradient added]: input_adjoint adds its tiles into dx anyway (they overlap);
+  // backward then leaves out the zeroing in front of it.
+  bool add_input_grad() override {
+    add_dx_ = true;
+    return true;
+  }
+
   std::string algorithm() const override {
     const std::string m = std::to_string(geo_.m), r = std::to_string(geo_.r);
     return "winograd F(" + m + "x" + m + "," + r + "x" + r + ")";
@@ -273,6 +280,12 @@ class WinogradConv2d final : public Conv2dOp {
       wg.accumulate = !first;
       kernels_->gemm(wg);
       if (dx == nullptr) return;
+      const size_t image = size_t(g.in_h) * g.in_w * g.cin;
+      if (add_dx_) {  // Note [Input gradient added]: dx is read, and from memory; start now
+        const char* p = reinterpret_cast<const char*>(dx + size_t(n0) * image);
+        for (size_t b = 0; b < sizeof(float) * size_t(n1 - n0) * image; b += 64)
+          __builtin_prefetch(p + b, 1, 2);
+      }
       WinogradGemm dg;  // dV_p = dM_p U_p^T, over V, which backward-weights has consumed
       dg.points = points_, dg.m = rows, dg.n = g.cin, dg.k = g.cout;
       dg.a = m, dg.a_point = g.cout, dg.a_row = ms_, dg.a_col = 1;
@@ -281,8 +294,8 @@ class WinogradConv2d final : public Conv2dOp {
       kernels_->gemm(dg);
       // input_adjoint adds each tile into dx (tiles overlap): zero this chunk's images first,
       // while they are about to be read, not the whole batch up front (out of cache by then).
-      const size_t image = size_t(g.in_h) * g.in_w * g.cin;
-      std::memset(dx + size_t(n0) * image, 0, sizeof(float) * size_t(n1 - n0) * image);
+      if (!add_dx_)
+        std::memset(dx + size_t(n0) * image, 0, sizeof(float) * size_t(n1 - n0) * image);
       kernels_->input_adjoint(g, mat_.bt.data(), v, n0, n1, dx);
     };
     // The other threads' sums, added in thread order: the same result for the same team.
@@ -411,6 +424,7 @@ class WinogradConv2d final : public Conv2dOp {
   int64_t points_ = 0;
   int64_t vs_ = 0, ms_ = 0;  // floats per tile in v_ and m_ (winograd_tile_stride)
   int chunk_ = 1;            // images per chunk
+  bool add_dx_ = false;      // Note [Input gradient added]
   // Grow-only buffers: transformed input (and dV), transformed output (and dM), filters and
   // their transpose, filter gradients, the transposed filter, and the filter transforms'
   // partial products.
