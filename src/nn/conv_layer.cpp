@@ -46,6 +46,14 @@ class Conv2dLayer final : public WeightedLayer<Conv2dOp> {
 
   bool add_input_grad() override { return op_->add_input_grad(); }
 
+  bool feed_batch_stats(Layer& next) override {
+    BatchNormOp* bn = next.fusable_batch_norm();
+    double* sums = bn != nullptr ? bn->given_stats() : nullptr;
+    if (sums == nullptr || !op_->write_batch_stats(sums)) return false;
+    bn->take_given_stats();
+    return true;
+  }
+
   bool fuse_max_pool(Layer& pool) override {
     int kernel = 0;
     Pool2dOp* op = pool.fusable_max_pool(&kernel);
@@ -138,10 +146,16 @@ class BatchNorm2dLayer final : public Layer {
   }
 
   std::string describe() const override {
-    return name_ + ": batchnorm" + (relu_fused_ ? " (+ relu)" : "") + ", " + in_.str();
+    const bool given = op_->takes_given_stats();
+    const std::string how = relu_fused_ && given ? " (+ relu, statistics from the convolution)"
+                            : relu_fused_        ? " (+ relu)"
+                            : given              ? " (statistics from the convolution)"
+                                                 : "";
+    return name_ + ": batchnorm" + how + ", " + in_.str();
   }
   bool fuse_relu() override { return relu_fused_ = op_->fuse_relu(); }
   bool fuses_relu_backward() const override { return relu_fused_; }
+  BatchNormOp* fusable_batch_norm() override { return op_.get(); }
 
  private:
   std::unique_ptr<BatchNormOp> op_;

@@ -85,7 +85,10 @@ class ResidualBlock final : public Layer {
         !shortcut_.empty() ? " (projection shortcut)"
         : add_dx_          ? " (" + main_.layers()[0]->name() + " adds the shortcut's gradient)"
                            : "";
-    return name_ + ": " + kind_ + " block" + how + ", " + in_.str() + " -> " + out_.str();
+    std::string d = name_ + ": " + kind_ + " block" + how + ", " + in_.str() + " -> " + out_.str();
+    for (const Sequence* branch : {&main_, &shortcut_})  // its layers, one line each, indented
+      for (const auto& layer : branch->layers()) d += "\n    " + layer->describe();
+    return d;
   }
 
  private:

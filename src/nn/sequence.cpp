@@ -37,6 +37,9 @@ Shape Sequence::setup(Backend& backend, const Shape& in) {
   }
   for (size_t i = 0; i + 2 < layers_.size(); ++i)
     pooled_[i] = fused_[i + 1] && folded_[i + 1] && layers_[i]->fuse_max_pool(*layers_[i + 2]);
+  // Note [Batch statistics from the convolution]
+  for (size_t i = 0; i + 1 < layers_.size(); ++i)
+    if (!pooled_[i]) layers_[i]->feed_batch_stats(*layers_[i + 1]);
   return s;
 }
 

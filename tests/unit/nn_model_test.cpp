@@ -197,6 +197,15 @@ TEST(ModelTest, Resnet20FusesBatchNormReluPairs) {
               std::string::npos)
         << summary;
   }
+  // Note [Batch statistics from the convolution]: the BatchNorms after Winograd convolutions,
+  // not those after oneDNN's (the stem, the strided and the 1x1 ones).
+  for (const char* bn : {"layer1.0.bn1: batchnorm (+ relu, statistics from the convolution)",
+                         "layer1.0.bn2: batchnorm (statistics from the convolution)",
+                         "layer2.0.bn2: batchnorm (statistics from the convolution)",
+                         "bn1: batchnorm (+ relu),", "layer2.0.bn1: batchnorm (+ relu),",
+                         "layer2.0.downsample.1: batchnorm,"}) {
+    EXPECT_NE(summary.find(bn), std::string::npos) << bn << "\n" << summary;
+  }
 }
 
 // docs/architecture.md, "Layer fusion": with every fusion on (the default) and with
@@ -221,6 +230,8 @@ TEST(ModelTest, FusedLayersComputeWhatSeparateLayersCompute) {
     EXPECT_EQ(plain->summary().find("+ relu"), std::string::npos) << plain->summary();
     EXPECT_EQ(plain->summary().find("+ maxpool"), std::string::npos) << plain->summary();
     EXPECT_EQ(plain->summary().find("adds the shortcut's gradient"), std::string::npos)
+        << plain->summary();
+    EXPECT_EQ(plain->summary().find("statistics from the convolution"), std::string::npos)
         << plain->summary();
     fused->init_parameters(8);
     plain->init_parameters(8);
@@ -253,10 +264,12 @@ TEST(ModelTest, FusedLayersComputeWhatSeparateLayersCompute) {
       for (float x : v) l = std::max(l, std::abs(x));
       return l;
     };
-    EXPECT_LE(test::max_rel_error(a.logits, b.logits, largest(b.logits)), 1e-6) << "logits";
+    // The fused BatchNorms take their statistics from sums in double (Note [Batch statistics
+    // from the convolution]), oneDNN from two passes in float: logits agree to 1e-5.
+    EXPECT_LE(test::max_rel_error(a.logits, b.logits, largest(b.logits)), 1e-5) << "logits";
     EXPECT_LE(test::max_rel_error(a.grads, b.grads, largest(b.grads)), 1e-5) << "gradients";
     EXPECT_LE(test::max_rel_error(a.buffers, b.buffers, largest(b.buffers)), 1e-6) << "buffers";
-    EXPECT_LE(test::max_rel_error(a.eval, b.eval, largest(b.eval)), 1e-6) << "eval logits";
+    EXPECT_LE(test::max_rel_error(a.eval, b.eval, largest(b.eval)), 1e-5) << "eval logits";
   }
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "op_check.hpp"
 
@@ -157,6 +158,93 @@ TEST(BatchNormOpBlocked, TrainingAndBackwardMatchTheNaiveLoop) {
         << "dx";
     EXPECT_TRUE(all_close(dg.to_host(), want_dg, 1e-4, 1e-5)) << "dgamma";
     EXPECT_TRUE(all_close(db.to_host(), want_db, 1e-4, 1e-5)) << "dbeta";
+  }
+}
+
+// Note [Batch statistics from the convolution]: after take_given_stats(), forward_train
+// normalises with the mean and variance of the sums written to given_stats(), not with x's
+// own (the sums here are those of another tensor), updates the running statistics from them,
+// and backward differentiates through the batch statistics as without them (the sums of x).
+// NHWC and blocks of 16, with and without the fused ReLU; a channel whose sums are not finite
+// comes out NaN under the ReLU, as its statistics would be.
+TEST(BatchNormOpGivenStats, NormalisesWithTheSumsAndDifferentiatesThroughThem) {
+  auto backend = backend_or_skip(Device::kCpu);
+  for (const auto& [block, relu] : {std::pair{0, false}, {16, false}, {0, true}, {16, true}}) {
+    SCOPED_TRACE("block " + std::to_string(block) + (relu ? ", relu" : ""));
+    BatchNormConfig c = config(16, 4, 5);
+    c.block = block;
+    const int n = 3, ch = c.channels;
+    const int64_t hw = c.h * c.w;
+    const size_t total = static_cast<size_t>(n * hw * ch), m = total / ch;
+    const auto x = random_vector(total, 91, -1.0f, 2.0f), other = random_vector(total, 92),
+               dy = random_vector(total, 93), gamma = random_vector(16, 94, 0.5f, 1.5f),
+               beta = random_vector(16, 95, -0.5f, 0.5f);
+    auto lay = [&](const std::vector<float>& v) {
+      return block > 0 ? nhwc_to_blocked(v, n, hw, ch, block) : v;
+    };
+    auto unlay = [&](const std::vector<float>& v) {
+      return block > 0 ? blocked_to_nhwc(v, n, hw, ch, block) : v;
+    };
+    auto op = backend->batchnorm2d(c);
+    if (relu) {
+      ASSERT_TRUE(op->fuse_relu());
+    }
+    double* sums = op->given_stats();
+    ASSERT_NE(sums, nullptr);
+    EXPECT_FALSE(op->takes_given_stats());
+    op->take_given_stats();
+    EXPECT_TRUE(op->takes_given_stats());
+    auto give = [&](const std::vector<float>& v) {
+      std::fill(sums, sums + 2 * ch, 0.0);
+      for (size_t i = 0; i < total; ++i) {
+        sums[i % ch] += v[i];
+        sums[ch + i % ch] += double{v[i]} * v[i];
+      }
+    };
+    DeviceBuffer x_(backend.get(), lay(x)), g_(backend.get(), gamma), b_(backend.get(), beta),
+        y_(backend.get(), total), rm(backend.get(), 16),
+        rv(backend.get(), std::vector<float>(16, 1.0f)), dy_(backend.get(), lay(dy)),
+        dx_(backend.get(), total), dg(backend.get(), 16), db(backend.get(), 16);
+
+    // The statistics of `other`, applied to x.
+    give(other);
+    op->forward_train(n, x_.data(), g_.data(), b_.data(), y_.data(), rm.data(), rv.data());
+    const BnRef theirs = bn_train_ref(c, n, other, gamma, beta);
+    std::vector<double> want(total), want_rv(16);
+    for (size_t i = 0; i < total; ++i) {
+      const size_t k = i % 16;
+      want[i] = gamma[k] * (x[i] - theirs.mean[k]) / std::sqrt(theirs.var[k] + c.eps) + beta[k];
+      if (relu) want[i] = std::max(0.0, want[i]);
+    }
+    for (int k = 0; k < 16; ++k) want_rv[k] = 0.9 + 0.1 * theirs.var[k] * m / (m - 1.0);
+    EXPECT_TRUE(all_close(unlay(y_.to_host()), want, 1e-4, 1e-5)) << "y";
+    EXPECT_TRUE(all_close(rv.to_host(), want_rv, 1e-5, 1e-6)) << "running_var";
+
+    // x's own sums: forward and backward as the naive loops.
+    give(x);
+    op->forward_train(n, x_.data(), g_.data(), b_.data(), y_.data(), rm.data(), rv.data());
+    BnRef ref = bn_train_ref(c, n, x, gamma, beta);
+    std::vector<float> masked(dy);
+    for (size_t i = 0; i < total && relu; ++i) {
+      if (ref.y[i] > 0) continue;
+      ref.y[i] = 0;
+      masked[i] = 0;
+    }
+    EXPECT_TRUE(all_close(unlay(y_.to_host()), ref.y, 1e-4, 1e-5)) << "y, x's sums";
+    op->backward(n, x_.data(), g_.data(), dy_.data(), dx_.data(), dg.data(), db.data(), false);
+    std::vector<double> want_dx, want_dg, want_db;
+    bn_backward_ref(c, n, x, gamma, masked, want_dx, want_dg, want_db);
+    EXPECT_TRUE(all_close(unlay(dx_.to_host()), want_dx, 1e-4, 1e-5)) << "dx";
+    EXPECT_TRUE(all_close(dg.to_host(), want_dg, 1e-4, 1e-5)) << "dgamma";
+    EXPECT_TRUE(all_close(db.to_host(), want_db, 1e-4, 1e-5)) << "dbeta";
+
+    if (!relu) continue;
+    sums[3] = std::nan("");  // a NaN in channel 3's input makes its sum NaN
+    op->forward_train(n, x_.data(), g_.data(), b_.data(), y_.data(), rm.data(), rv.data());
+    const auto got = unlay(y_.to_host());
+    size_t nan3 = 0;
+    for (size_t i = 3; i < total; i += 16) nan3 += std::isnan(got[i]) ? 1 : 0;
+    EXPECT_EQ(nan3, total / 16) << "channel 3 should be NaN throughout";
   }
 }
 

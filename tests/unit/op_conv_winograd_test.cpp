@@ -223,6 +223,42 @@ TEST(ConvOpWinograd, AddsTheInputGradientWhenAsked) {
   }
 }
 
+// Note [Batch statistics from the convolution]: once asked, forward writes the sums of y per
+// output channel and of its squares (against the naive loops' y, summed in double), in every
+// layout, on one thread and on three, over several chunks and partial tiles; y is unchanged
+// by it, and forward_pooled leaves the sums alone.
+TEST(ConvOpWinograd, WritesTheBatchStatisticsOfItsOutput) {
+  uint64_t seed = 6000;
+  for (auto [block, threads] : {std::pair{0, 1}, {8, 1}, {16, 1}, {16, 3}, {8, 3}}) {
+    auto backend = winograd_backend(block, threads);
+    for (ConvCase cc :
+         {ConvCase{2, 16, 16, 7, 9, 3, 1, 1, true}, ConvCase{3, 32, 16, 14, 14, 5, 1, 2, false},
+          ConvCase{9, 16, 32, 16, 16, 3, 1, 1, false}}) {  // 3 chunks
+      Conv2dConfig c = cc.config();
+      c.in_block = block_for(c.in_channels, block);
+      c.out_block = block_for(c.out_channels, block);
+      auto op = backend->conv2d(c);
+      SCOPED_TRACE(cc.str() + " block " + std::to_string(block) + ", " + std::to_string(threads) +
+                   " threads");
+      std::vector<double> sums(2 * size_t(c.out_channels), 1e30);
+      ASSERT_TRUE(op->write_batch_stats(sums.data()));
+      ConvProblem p(backend.get(), c, cc.n, seed);
+      for (int round = 0; round < 2; ++round) {  // the second forward starts from its own sums
+        p.forward(*op);
+        const std::vector<double> y = p.y_ref();
+        EXPECT_TRUE(winograd_close(p.y(), y)) << "y";
+        std::vector<double> want(sums.size(), 0.0);
+        for (size_t i = 0; i < y.size(); ++i) {
+          want[i % c.out_channels] += y[i];
+          want[c.out_channels + i % c.out_channels] += y[i] * y[i];
+        }
+        const std::vector<float> got(sums.begin(), sums.end());
+        EXPECT_TRUE(all_close(got, want, 1e-4, 1e-4 * max_abs(want))) << "round " << round;
+      }
+    }
+  }
+}
+
 // The loops built for the baseline instruction set (what a CPU without AVX2 + FMA runs) give
 // what the AVX2 ones (and the AVX-512 ones) give, transform by transform, on a geometry with
 // partial tiles.
@@ -268,10 +304,11 @@ TEST(ConvOpWinograd, BaselineLoopsMatchTheAvx2Ones) {
             db(bias), pooled(cells), dmp(t_out.size()), dbp(bias);
         std::vector<int32_t> at(cells);
         k->input(g, mat.bt.data(), x.data(), 0, n, v.data());
-        k->output(g, mat.at.data(), t_out.data(), bias.data(), 0, n, y.data(), nullptr);
+        k->output(g, mat.at.data(), t_out.data(), bias.data(), 0, n, y.data(), nullptr, nullptr);
         k->output_adjoint(g, mat.at.data(), dy.data(), nullptr, 0, n, dm.data(), db.data());
         k->input_adjoint(g, mat.bt.data(), t_in.data(), 0, n, dx.data());
-        k->output(gp, mat.at.data(), t_out.data(), bias.data(), 0, n, pooled.data(), at.data());
+        k->output(gp, mat.at.data(), t_out.data(), bias.data(), 0, n, pooled.data(), at.data(),
+                  nullptr);
         k->output_adjoint(gp, mat.at.data(), dpooled.data(), at.data(), 0, n, dmp.data(),
                           dbp.data());
         return std::vector<std::vector<float>>{

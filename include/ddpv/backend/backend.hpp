@@ -97,6 +97,11 @@ class Conv2dOp {
   // Note [Input gradient added]: asks backward and backward_pooled to add the input gradient
   // to what dx holds instead of overwriting it; true if they will from now on.
   virtual bool add_input_grad() { return false; }
+  // Note [Batch statistics from the convolution]: asks forward to write, into sums (2 x Cout
+  // doubles that outlive the op), the sum of y over images and positions per output channel,
+  // then the sum of its squares; true if every forward will from now on (forward_pooled
+  // writes none).
+  virtual bool write_batch_stats(double* /*sums*/) { return false; }
   // Note [Fused ReLU]: asks forward to write max(0, y) (NaN kept, -0 as +0: the ReLU op's
   // rule) where it can do so for free; true if it will. Backward is unchanged: dy is still the
   // gradient of the convolution's own output (the ReLU's backward has masked it).
@@ -136,6 +141,13 @@ class BatchNormOp {
   // the gradient of that rectified output (applying the ReLU's backward itself). True if it
   // will. A channel whose batch statistics are not finite comes out as NaN, as unfused.
   virtual bool fuse_relu() { return false; }
+  // Note [Batch statistics from the convolution]: 2 x channels doubles that the op writing x
+  // may fill in each of its forwards (Conv2dOp::write_batch_stats); null if this op cannot
+  // take its statistics from there. After take_given_stats(), forward_train normalises with
+  // the statistics computed from them instead of reading x for its own.
+  virtual double* given_stats() { return nullptr; }
+  virtual void take_given_stats() {}
+  virtual bool takes_given_stats() const { return false; }
 };
 
 class Pool2dOp {

@@ -56,6 +56,11 @@ class Layer {
   // Note [Input gradient added]: asks backward (and backward_pooled) to add the input gradient
   // to what dx holds instead of overwriting it; true if this layer will from now on.
   virtual bool add_input_grad() { return false; }
+  // Note [Batch statistics from the convolution]: a BatchNorm's op, if the layer that writes
+  // its input may hand it the batch statistics (null otherwise); and, on that layer,
+  // feed_batch_stats(next) asks it to do so for `next`, the layer after it: true if it will.
+  virtual BatchNormOp* fusable_batch_norm() { return nullptr; }
+  virtual bool feed_batch_stats(Layer& /*next*/) { return false; }
   // A block runs layers of its own, which the profile times instead (Note [Layer profile]).
   virtual bool is_block() const { return false; }
 

@@ -177,6 +177,13 @@ class WinogradConv2d final : public Conv2dOp {
     return true;
   }
 
+  // Note [Batch statistics from the convolution]: the output transform holds each tile in
+  // registers; forward adds it to per-thread sums.
+  bool write_batch_stats(double* sums) override {
+    stats_ = sums;
+    return true;
+  }
+
   std::string algorithm() const override {
     const std::string m = std::to_string(geo_.m), r = std::to_string(geo_.r);
     return "winograd F(" + m + "x" + m + "," + r + "x" + r + ")";
@@ -228,8 +235,16 @@ class WinogradConv2d final : public Conv2dOp {
     reserve(n, team);
     transform_filter(w);
     const float* bias = cfg_.bias ? b : nullptr;
-    auto chunk = [&](int n0, int t, bool /*first*/) {
+    // Note [Batch statistics from the convolution]: thread 0 sums into stats_, the others
+    // into their own, added in thread order after the chunks.
+    const size_t stats = positions == nullptr && stats_ != nullptr ? 2 * size_t(g.cout) : 0;
+    if (stats > 0) std::fill(stats_, stats_ + stats, 0.0);
+    auto stats_of = [&](int t) {
+      return stats == 0 ? nullptr : t == 0 ? stats_ : st_t_[size_t(t)].data();
+    };
+    auto chunk = [&](int n0, int t, bool first) {
       const int n1 = std::min(n, n0 + chunk_);
+      if (first && t > 0 && stats > 0) std::fill(stats_of(t), stats_of(t) + stats, 0.0);
       const int64_t rows = int64_t{n1 - n0} * g.tiles();
       float* v = v_[size_t(t)].data();
       float* m = m_[size_t(t)].data();
@@ -240,9 +255,14 @@ class WinogradConv2d final : public Conv2dOp {
       mm.b = u_.data(), mm.b_point = int64_t{g.cin} * g.cout, mm.ldb = g.cout;
       mm.c = m, mm.c_point = g.cout, mm.ldc = ms_;
       kernels_->gemm(mm);
-      kernels_->output(g, mat_.at.data(), m, bias, n0, n1, y, positions);
+      kernels_->output(g, mat_.at.data(), m, bias, n0, n1, y, positions, stats_of(t));
     };
-    for_chunks(n, team, chunk, [] {});
+    auto add_up = [&] {
+#pragma omp single
+      for (size_t i = 0; i < stats; ++i)
+        for (int t = 1; t < team; ++t) stats_[i] += st_t_[size_t(t)][i];
+    };
+    for_chunks(n, team, chunk, add_up);
   }
 
   void run_backward(const WinogradGeometry& g, int n, const float* x, const float* w,
@@ -376,10 +396,12 @@ class WinogradConv2d final : public Conv2dOp {
     if (du_t_.size() < size_t(team)) {  // Note [Chunks between threads]
       du_t_.resize(size_t(team));
       db_t_.resize(size_t(team));
+      st_t_.resize(size_t(team));
     }
     for (int t = 1; t < team; ++t) {
       du_t_[size_t(t)].resize(filters);
       db_t_[size_t(t)].resize(size_t(g.cout));
+      st_t_[size_t(t)].resize(2 * size_t(g.cout));
     }
   }
 
@@ -432,7 +454,9 @@ class WinogradConv2d final : public Conv2dOp {
   std::vector<PageBuffer> v_, m_;  // Note [Page-aligned transformed buffers]
   std::vector<float> u_, ut_, du_;
   std::vector<std::vector<float>> du_t_, db_t_;  // threads 1.. of a team: their gradient sums
-  std::vector<float> u_of_;                      // the weights u_ was transformed from
+  std::vector<std::vector<double>> st_t_;        // ... and their batch statistics' sums
+  double* stats_ = nullptr;  // Note [Batch statistics from the convolution]: null, or 2 x cout
+  std::vector<float> u_of_;  // the weights u_ was transformed from
 };
 
 }  // namespace

@@ -79,8 +79,11 @@ struct WinogradKernels {
                 float* v);
   // y = at mm at^T + bias of every output tile (bias null: none), cut to the output's size;
   // with g.pool, y is the pooling's output instead, its window positions at `positions`.
+  // With stats (not with g.pool): also stats[c] += the sum of y over images [n0, n1) and
+  // positions, per output channel c, and stats[cout + c] += the sum of its squares (Note
+  // [Batch statistics from the convolution]).
   void (*output)(const WinogradGeometry& g, const float* at, const float* mm, const float* bias,
-                 int n0, int n1, float* y, int32_t* positions);
+                 int n0, int n1, float* y, int32_t* positions, double* stats);
   // The adjoint of output: dm = at^T dy at of every output tile of dy (zero past its edge);
   // with g.pool, dy is the pooling's output gradient, routed by `positions`. With db, also
   // db += the sum of dy over images [n0, n1) and positions, per output channel (with g.pool:

@@ -189,25 +189,75 @@ inline void finish_tile(const WinogradGeometry& g, V (&t)[M][M], V bias, int n, 
       Lanes<V>::store(dst + (int64_t{ty * M + i} * w + tx * M + j) * g.out_block, t[i][j]);
 }
 
+// Note [Batch statistics from the convolution]: doubles, 8 lanes a vector, for the sums of a
+// tile's outputs and of their squares; a tile's (at most 16 values a channel) are summed in
+// floats first.
+using d8 = double __attribute__((vector_size(64)));
+
+inline void add_tile_stats(v8 sum, v8 squares, d8* acc) {
+  acc[0] += __builtin_convertvector(sum, d8);
+  acc[1] += __builtin_convertvector(squares, d8);
+}
+
+#if defined(__AVX512F__)
+inline void add_tile_stats(v16 sum, v16 squares, d8* acc) {
+  add_tile_stats(__builtin_shufflevector(sum, sum, 0, 1, 2, 3, 4, 5, 6, 7),
+                 __builtin_shufflevector(squares, squares, 0, 1, 2, 3, 4, 5, 6, 7), acc);
+  add_tile_stats(__builtin_shufflevector(sum, sum, 8, 9, 10, 11, 12, 13, 14, 15),
+                 __builtin_shufflevector(squares, squares, 8, 9, 10, 11, 12, 13, 14, 15), acc + 2);
+}
+#endif
+
 template <int A, int M, class V>
 void output_v(const WinogradGeometry& g, const float* at_in, const float* mm, const float* bias,
-              int n0, int n1, float* y, int32_t* positions) {
+              int n0, int n1, float* y, int32_t* positions, double* stats) {
   using L = Lanes<V>;
-  constexpr int W = L::n;
+  constexpr int W = L::n, D = 2 * W / 8;  // d8 accumulators a group: sums, then squares
   const Splat<A, V> at(at_in, M * A);
-  const int tw = g.tiles_w;
+  const int tw = g.tiles_w, groups = g.cout / W;
   const int64_t rows = int64_t{n1 - n0} * g.tiles(), ts = winograd_tile_stride(A, g.cout);
-  for_each_tile<W>(g, g.cout, n0, n1, rows * ts, [&](int n, int ty, int tx, int grp) {
-    const float* in = mm + (int64_t{n - n0} * g.tiles() + int64_t{ty} * tw + tx) * ts + grp * W;
-    V d[A][A];
-    for (int i = 0; i < A; ++i)
-      for (int j = 0; j < A; ++j) d[i][j] = L::load(in + (i * A + j) * g.cout);
-    V s[M][A], t[M][M];
-    for (int j = 0; j < A; ++j) at_1d<A, M>(at.v, &d[0][j], A, &s[0][j], A);  // columns
-    for (int i = 0; i < M; ++i) at_1d<A, M>(at.v, &s[i][0], 1, &t[i][0], 1);  // rows
-    finish_tile<M>(g, t, bias != nullptr ? L::load(bias + grp * W) : V{}, n, ty, tx, grp, y,
-                   positions);
+  const bool parallel = rows * ts >= kParallelMin;
+  const int team = team_size(parallel);
+  // Note [Batch statistics from the convolution]: each thread's sums, added in thread order.
+  std::vector<d8> acc(stats != nullptr ? size_t(team) * groups * D : 0, d8{});
+  in_team(parallel, [&] {  // Note [No team of one]
+    d8* mine = acc.empty() ? nullptr : acc.data() + size_t(team_rank()) * groups * D;
+    team_for(n0, n1, [&](int n) {
+      for (int ty = 0; ty < g.tiles_h; ++ty)
+        for (int tx = 0; tx < tw; ++tx)
+          for (int grp = 0; grp < groups; ++grp) {
+            const float* in =
+                mm + (int64_t{n - n0} * g.tiles() + int64_t{ty} * tw + tx) * ts + grp * W;
+            V d[A][A];
+            for (int i = 0; i < A; ++i)
+              for (int j = 0; j < A; ++j) d[i][j] = L::load(in + (i * A + j) * g.cout);
+            V s[M][A], t[M][M];
+            for (int j = 0; j < A; ++j) at_1d<A, M>(at.v, &d[0][j], A, &s[0][j], A);  // columns
+            for (int i = 0; i < M; ++i) at_1d<A, M>(at.v, &s[i][0], 1, &t[i][0], 1);  // rows
+            finish_tile<M>(g, t, bias != nullptr ? L::load(bias + grp * W) : V{}, n, ty, tx, grp, y,
+                           positions);
+            if (mine == nullptr) continue;
+            // Of what finish_tile stored: the part of the tile inside the output.
+            const int hi = std::min(M, g.out_h - ty * M), wi = std::min(M, g.out_w - tx * M);
+            V sum{}, squares{};
+            for (int i = 0; i < M; ++i)
+              for (int j = 0; j < M; ++j) {
+                const V v = i < hi && j < wi ? t[i][j] : V{};
+                sum += v;
+                squares += v * v;
+              }
+            add_tile_stats(sum, squares, mine + grp * D);
+          }
+    });
   });
+  for (int th = 0; th < team && stats != nullptr; ++th)
+    for (int grp = 0; grp < groups; ++grp) {
+      const d8* a = acc.data() + (size_t(th) * groups + grp) * D;
+      for (int k = 0; k < W; ++k) {
+        stats[grp * W + k] += a[2 * (k / 8)][k % 8];
+        stats[g.cout + grp * W + k] += a[2 * (k / 8) + 1][k % 8];
+      }
+    }
 }
 
 // Note [Bias gradient in output_adjoint]: the bias gradient is the sum of the output gradient,
@@ -341,9 +391,10 @@ void input(const WinogradGeometry& g, const float* bt, const float* x, int n0, i
 
 template <int A, int M>
 void output(const WinogradGeometry& g, const float* at, const float* mm, const float* bias, int n0,
-            int n1, float* y, int32_t* positions) {
-  if (wide(g.cout, g.out_block)) return output_v<A, M, Wide>(g, at, mm, bias, n0, n1, y, positions);
-  output_v<A, M, v8>(g, at, mm, bias, n0, n1, y, positions);
+            int n1, float* y, int32_t* positions, double* stats) {
+  if (wide(g.cout, g.out_block))
+    return output_v<A, M, Wide>(g, at, mm, bias, n0, n1, y, positions, stats);
+  output_v<A, M, v8>(g, at, mm, bias, n0, n1, y, positions, stats);
 }
 
 template <int A, int M>
