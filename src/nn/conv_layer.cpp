@@ -149,18 +149,29 @@ class BatchNorm2dLayer final : public Layer {
     const bool given = op_->takes_given_stats();
     const std::string how = relu_fused_ && given ? " (+ relu, statistics from the convolution)"
                             : relu_fused_        ? " (+ relu)"
-                            : given              ? " (statistics from the convolution)"
-                                                 : "";
+                            : add_relu_fused_
+                                ? " (statistics from the convolution, + shortcut + relu)"
+                            : given ? " (statistics from the convolution)"
+                                    : "";
     return name_ + ": batchnorm" + how + ", " + in_.str();
   }
   bool fuse_relu() override { return relu_fused_ = op_->fuse_relu(); }
   bool fuses_relu_backward() const override { return relu_fused_; }
   BatchNormOp* fusable_batch_norm() override { return op_.get(); }
+  bool fuse_add_relu() override { return add_relu_fused_ = op_->fuse_add_relu(); }
+  void forward_add_relu(const Tensor& x, const Tensor& other, Tensor& y, bool training) override {
+    check_input(x);
+    DDPV_CHECK(add_relu_fused_, "layer ", name_, ": forward_add_relu without fuse_add_relu");
+    op_->forward_add_relu(static_cast<int>(x.shape()[0]), training, x.data<float>(), gamma_.value,
+                          beta_.value, other.data<float>(), y.data<float>(), mean_.value,
+                          var_.value);
+  }
 
  private:
   std::unique_ptr<BatchNormOp> op_;
   ParamSlot gamma_, beta_, mean_, var_;
   bool relu_fused_ = false;
+  bool add_relu_fused_ = false;  // Note [BatchNorm + residual]
 };
 
 }  // namespace

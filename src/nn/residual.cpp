@@ -32,6 +32,7 @@ class ResidualBlock final : public Layer {
     DDPV_CHECK(sc == out_, "block ", name_, ": main branch gives ", out_.str(),
                " but the shortcut gives ", sc.str());
     add_dx_ = shortcut_.empty() && main_.add_input_grad();  // Note [Input gradient added]
+    add_relu_fused_ = main_.fuse_add_relu();                // Note [BatchNorm + residual]
     return out_;
   }
 
@@ -44,6 +45,11 @@ class ResidualBlock final : public Layer {
 
   void forward(const Tensor& x, Tensor& y, bool training) override {
     check_input(x);
+    if (add_relu_fused_) {  // Note [BatchNorm + residual]: the shortcut first
+      const Tensor& s = shortcut_.forward(x, training);
+      main_.forward_add_relu(x, s, y, training);
+      return;
+    }
     const Tensor& m = main_.forward(x, training);
     const Tensor& s = shortcut_.forward(x, training);
     ProfileScope timed(backend_, profile_name_, profile_kind_, ProfilePhase::kForward);
@@ -95,7 +101,8 @@ class ResidualBlock final : public Layer {
   const std::string profile_name_ = name_ + ".add", profile_kind_ = "residual add";
   const char* kind_;
   Sequence main_, shortcut_;
-  bool add_dx_ = false;  // main_ adds its input gradient (identity shortcut only)
+  bool add_dx_ = false;          // main_ adds its input gradient (identity shortcut only)
+  bool add_relu_fused_ = false;  // main_'s last layer adds the shortcut and rectifies
   Tensor dsum_, dx_short_;
 };
 

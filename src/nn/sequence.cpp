@@ -57,11 +57,31 @@ void Sequence::collect(std::vector<ParamSlot*>& params, std::vector<ParamSlot*>&
   for (auto& layer : layers_) layer->collect(params, buffers);
 }
 
+bool Sequence::fuse_add_relu() {
+  if (backend_ == nullptr || !backend_->fuse_layers() || layers_.empty()) return false;
+  const size_t last = layers_.size() - 1;
+  if (fused_[last] || pooled_[last] || (last >= 2 && pooled_[last - 2])) return false;
+  return layers_[last]->fuse_add_relu();
+}
+
 const Tensor& Sequence::forward(const Tensor& x, bool training) {
+  return run_forward(x, training, nullptr, nullptr);
+}
+
+void Sequence::forward_add_relu(const Tensor& x, const Tensor& other, Tensor& y, bool training) {
+  run_forward(x, training, &other, &y);
+}
+
+const Tensor& Sequence::run_forward(const Tensor& x, bool training, const Tensor* other,
+                                    Tensor* y) {
   const int64_t n = x.shape()[0];
   const Tensor* in = &x;
   for (size_t i = 0; i < layers_.size(); ++i) {
-    if (fused_[i]) {  // the previous layer's output is already rectified
+    if (other != nullptr && i + 1 == layers_.size()) {  // Note [BatchNorm + residual]
+      acts_[i] = Tensor::wrap(y->raw(), y->shape(), y->dtype(), y->device());
+      ProfileScope timed(backend_, layers_[i]->name(), kinds_[i], ProfilePhase::kForward);
+      layers_[i]->forward_add_relu(*in, *other, *y, training);
+    } else if (fused_[i]) {  // the previous layer's output is already rectified
       acts_[i] = Tensor::wrap(in->raw(), in->shape(), in->dtype(), in->device());
     } else if (i >= 2 && pooled_[i - 2]) {
       // written by layer i - 2

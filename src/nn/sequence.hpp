@@ -21,6 +21,11 @@ class Sequence {
 
   // x: (N, in...) -> the output of the last layer (x itself when empty), owned by the sequence.
   const Tensor& forward(const Tensor& x, bool training);
+  // Note [BatchNorm + residual]: after setup, asks the last layer to add `other` to its output
+  // and rectify the sum in its own pass; true if it will, and forward_add_relu then writes
+  // max(0, the output + other) into y (the last layer's own output is never written).
+  bool fuse_add_relu();
+  void forward_add_relu(const Tensor& x, const Tensor& other, Tensor& y, bool training);
   // dy: like the output -> dx: like x (null: not needed).
   void backward(const Tensor& x, const Tensor& dy, Tensor* dx, bool accumulate,
                 const GradReadyFn& ready);
@@ -29,6 +34,8 @@ class Sequence {
   bool add_input_grad();
 
  private:
+  const Tensor& run_forward(const Tensor& x, bool training, const Tensor* other, Tensor* y);
+
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<Tensor> acts_;        // acts_[i]: output of layer i
   std::vector<std::string> kinds_;  // kinds_[i]: "conv 3x3/1 pad 1", for the layer profile

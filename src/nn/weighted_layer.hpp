@@ -28,9 +28,9 @@ class WeightedLayer : public Layer {
 
   void backward(const Tensor& x, const Tensor&, const Tensor& dy, Tensor* dx, bool accumulate,
                 const GradReadyFn& ready) override {
-    op_->backward(static_cast<int>(x.shape()[0]), x.data<float>(), weight_.value,
-                  dy.data<float>(), dx ? dx->data<float>() : nullptr, weight_.grad,
-                  has_bias_ ? bias_.grad : nullptr, accumulate);
+    op_->backward(static_cast<int>(x.shape()[0]), x.data<float>(), weight_.value, dy.data<float>(),
+                  dx ? dx->data<float>() : nullptr, weight_.grad, has_bias_ ? bias_.grad : nullptr,
+                  accumulate);
     if (has_bias_) report(bias_, ready);
     report(weight_, ready);
   }

@@ -73,10 +73,10 @@ std::vector<std::string> model_names() {
   return {"lenet", "resnet20", "resnet56", "resnet18", "resnet50"};
 }
 
-std::unique_ptr<Model> make_model(const std::string& name, Backend& backend,
-                                  const Shape& input_hwc, int num_classes) {
-  DDPV_CHECK(input_hwc.rank() == 3 && input_hwc.numel() > 0,
-             "model input must be (H, W, C), got ", input_hwc.str());
+std::unique_ptr<Model> make_model(const std::string& name, Backend& backend, const Shape& input_hwc,
+                                  int num_classes) {
+  DDPV_CHECK(input_hwc.rank() == 3 && input_hwc.numel() > 0, "model input must be (H, W, C), got ",
+             input_hwc.str());
   DDPV_CHECK(num_classes >= 2, "a classifier needs at least 2 classes, got ", num_classes);
   Layers layers;
   if (name == "lenet") {

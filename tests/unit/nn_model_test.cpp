@@ -198,10 +198,13 @@ TEST(ModelTest, Resnet20FusesBatchNormReluPairs) {
         << summary;
   }
   // Note [Batch statistics from the convolution]: the BatchNorms after Winograd convolutions,
-  // not those after oneDNN's (the stem, the strided and the 1x1 ones).
+  // not those after oneDNN's (the stem, the strided and the 1x1 ones); those last in a block
+  // also add the shortcut (Note [BatchNorm + residual]).
   for (const char* bn : {"layer1.0.bn1: batchnorm (+ relu, statistics from the convolution)",
-                         "layer1.0.bn2: batchnorm (statistics from the convolution)",
-                         "layer2.0.bn2: batchnorm (statistics from the convolution)",
+                         "layer1.0.bn2: batchnorm (statistics from the convolution, + shortcut + "
+                         "relu)",
+                         "layer2.0.bn2: batchnorm (statistics from the convolution, + shortcut + "
+                         "relu)",
                          "bn1: batchnorm (+ relu),", "layer2.0.bn1: batchnorm (+ relu),",
                          "layer2.0.downsample.1: batchnorm,"}) {
     EXPECT_NE(summary.find(bn), std::string::npos) << bn << "\n" << summary;
@@ -233,6 +236,7 @@ TEST(ModelTest, FusedLayersComputeWhatSeparateLayersCompute) {
         << plain->summary();
     EXPECT_EQ(plain->summary().find("statistics from the convolution"), std::string::npos)
         << plain->summary();
+    EXPECT_EQ(plain->summary().find("+ shortcut"), std::string::npos) << plain->summary();
     fused->init_parameters(8);
     plain->init_parameters(8);
     const int n = 4;

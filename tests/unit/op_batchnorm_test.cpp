@@ -248,6 +248,90 @@ TEST(BatchNormOpGivenStats, NormalisesWithTheSumsAndDifferentiatesThroughThem) {
   }
 }
 
+// Note [BatchNorm + residual]: with the statistics given, forward_add_relu writes max(0, the
+// naive normalisation + other) in training (a NaN in other kept), updates the running
+// statistics as forward_train, and backward is then the normalisation's; in inference it
+// uses the running statistics. Refused with the ReLU fused or without given statistics.
+TEST(BatchNormOpGivenStats, AddsTheResidualAndRectifies) {
+  auto backend = backend_or_skip(Device::kCpu);
+  {
+    auto plain = backend->batchnorm2d(config(16, 4, 5));
+    EXPECT_FALSE(plain->fuse_add_relu()) << "needs the statistics given";
+    auto fused = backend->batchnorm2d(config(16, 4, 5));
+    fused->fuse_relu();
+    fused->given_stats();
+    fused->take_given_stats();
+    EXPECT_FALSE(fused->fuse_add_relu()) << "not after fuse_relu";
+  }
+  for (int block : {0, 16}) {
+    SCOPED_TRACE("block " + std::to_string(block));
+    BatchNormConfig c = config(16, 4, 5);
+    c.block = block;
+    const int n = 3, ch = c.channels;
+    const int64_t hw = c.h * c.w;
+    const size_t total = static_cast<size_t>(n * hw * ch), m = total / ch;
+    const auto x = random_vector(total, 101, -1.0f, 2.0f), dy = random_vector(total, 102),
+               gamma = random_vector(16, 103, 0.5f, 1.5f), beta = random_vector(16, 104);
+    auto other = random_vector(total, 105);
+    other[7] = std::nanf("");
+    auto lay = [&](const std::vector<float>& v) {
+      return block > 0 ? nhwc_to_blocked(v, n, hw, ch, block) : v;
+    };
+    auto unlay = [&](const std::vector<float>& v) {
+      return block > 0 ? blocked_to_nhwc(v, n, hw, ch, block) : v;
+    };
+    auto op = backend->batchnorm2d(c);
+    double* sums = op->given_stats();
+    op->take_given_stats();
+    ASSERT_TRUE(op->fuse_add_relu());
+    for (size_t i = 0; i < total; ++i) {
+      sums[i % ch] += x[i];
+      sums[ch + i % ch] += double{x[i]} * x[i];
+    }
+    const auto rmean0 = random_vector(16, 106), rvar0 = random_vector(16, 107, 0.5f, 2.0f);
+    DeviceBuffer x_(backend.get(), lay(x)), g_(backend.get(), gamma), b_(backend.get(), beta),
+        o_(backend.get(), lay(other)), y_(backend.get(), total), rm(backend.get(), rmean0),
+        rv(backend.get(), rvar0), dy_(backend.get(), lay(dy)), dx_(backend.get(), total),
+        dg(backend.get(), 16), db(backend.get(), 16);
+    op->forward_add_relu(n, true, x_.data(), g_.data(), b_.data(), o_.data(), y_.data(), rm.data(),
+                         rv.data());
+    const BnRef ref = bn_train_ref(c, n, x, gamma, beta);
+    std::vector<double> want(total), want_mean(16), want_var(16);
+    for (size_t i = 0; i < total; ++i) want[i] = std::max(0.0, ref.y[i] + other[i]);
+    auto got = unlay(y_.to_host());
+    EXPECT_TRUE(std::isnan(got[7])) << "a NaN in other stays NaN";
+    want[7] = got[7] = 0;
+    EXPECT_TRUE(all_close(got, want, 1e-4, 1e-5)) << "y";
+    for (int k = 0; k < 16; ++k) {
+      want_mean[k] = 0.9 * rmean0[k] + 0.1 * ref.mean[k];
+      want_var[k] = 0.9 * rvar0[k] + 0.1 * ref.var[k] * m / (m - 1.0);
+    }
+    EXPECT_TRUE(all_close(rm.to_host(), want_mean, 1e-5, 1e-6)) << "running_mean";
+    EXPECT_TRUE(all_close(rv.to_host(), want_var, 1e-5, 1e-6)) << "running_var";
+
+    op->backward(n, x_.data(), g_.data(), dy_.data(), dx_.data(), dg.data(), db.data(), false);
+    std::vector<double> want_dx, want_dg, want_db;
+    bn_backward_ref(c, n, x, gamma, dy, want_dx, want_dg, want_db);
+    EXPECT_TRUE(all_close(unlay(dx_.to_host()), want_dx, 1e-4, 1e-5)) << "dx";
+    EXPECT_TRUE(all_close(dg.to_host(), want_dg, 1e-4, 1e-5)) << "dgamma";
+    EXPECT_TRUE(all_close(db.to_host(), want_db, 1e-4, 1e-5)) << "dbeta";
+
+    // Inference: the running statistics, whatever the sums say.
+    std::fill(sums, sums + 2 * ch, 0.0);
+    op->forward_add_relu(n, false, x_.data(), g_.data(), b_.data(), o_.data(), y_.data(), rm.data(),
+                         rv.data());
+    const auto mean = rm.to_host(), var = rv.to_host();
+    for (size_t i = 0; i < total; ++i) {
+      const size_t k = i % 16;
+      want[i] = std::max(0.0, gamma[k] * (x[i] - mean[k]) / std::sqrt(var[k] + double{c.eps}) +
+                                  beta[k] + other[i]);
+    }
+    auto inf = unlay(y_.to_host());
+    want[7] = inf[7] = 0;
+    EXPECT_TRUE(all_close(inf, want, 1e-5, 1e-5)) << "inference y";
+  }
+}
+
 // Note [BatchNorm + ReLU]: a fused op's forwards give max(0, y), and its backward takes the
 // gradient of that output: the naive BatchNorm backward of dy masked where the reference y is
 // positive. In NHWC and in blocks (where the backend has them).

@@ -148,6 +148,17 @@ class BatchNormOp {
   virtual double* given_stats() { return nullptr; }
   virtual void take_given_stats() {}
   virtual bool takes_given_stats() const { return false; }
+  // Note [BatchNorm + residual]: y = max(0, the normalisation of x + other), NaN kept as the
+  // add_relu op keeps it, in one pass: in training with the statistics given (and the running
+  // statistics updated as forward_train does), else with the running ones. fuse_add_relu() is
+  // true if the op has it; backward is then that of the normalisation alone.
+  virtual bool fuse_add_relu() { return false; }
+  virtual void forward_add_relu(int /*n*/, bool /*training*/, const float* /*x*/,
+                                const float* /*gamma*/, const float* /*beta*/,
+                                const float* /*other*/, float* /*y*/, float* /*running_mean*/,
+                                float* /*running_var*/) {
+    DDPV_FAIL("this BatchNorm adds no residual (internal: fuse_add_relu said no)");
+  }
 };
 
 class Pool2dOp {

@@ -61,6 +61,14 @@ class Layer {
   // feed_batch_stats(next) asks it to do so for `next`, the layer after it: true if it will.
   virtual BatchNormOp* fusable_batch_norm() { return nullptr; }
   virtual bool feed_batch_stats(Layer& /*next*/) { return false; }
+  // Note [BatchNorm + residual]: asks forward_add_relu to write max(0, this layer's output +
+  // other) (other shaped as the output) instead of the output; true if it will. Backward is
+  // unchanged: dy is still the gradient of the layer's own output.
+  virtual bool fuse_add_relu() { return false; }
+  virtual void forward_add_relu(const Tensor& /*x*/, const Tensor& /*other*/, Tensor& /*y*/,
+                                bool /*training*/) {
+    DDPV_FAIL("layer ", name_, " adds no residual (internal)");
+  }
   // A block runs layers of its own, which the profile times instead (Note [Layer profile]).
   virtual bool is_block() const { return false; }
 
