@@ -56,6 +56,19 @@ void bn_backward_ref(const BatchNormConfig& c, int n, const std::vector<float>& 
                        (dy[i * ch + k] - dbeta[k] / m - xhat[i * ch + k] * dgamma[k] / m);
 }
 
+// The op's gradients (dx in NHWC) against the naive backward of dy (already masked where a
+// fused ReLU closed), to 1e-4 relative and 1e-5 absolute.
+void expect_naive_backward(const BatchNormConfig& c, int n, const std::vector<float>& x,
+                           const std::vector<float>& gamma, const std::vector<float>& dy,
+                           const std::vector<float>& dx, const std::vector<float>& dgamma,
+                           const std::vector<float>& dbeta) {
+  std::vector<double> want_dx, want_dg, want_db;
+  bn_backward_ref(c, n, x, gamma, dy, want_dx, want_dg, want_db);
+  EXPECT_TRUE(all_close(dx, want_dx, 1e-4, 1e-5)) << "dx";
+  EXPECT_TRUE(all_close(dgamma, want_dg, 1e-4, 1e-5)) << "dgamma";
+  EXPECT_TRUE(all_close(dbeta, want_db, 1e-4, 1e-5)) << "dbeta";
+}
+
 BatchNormConfig config(int channels, int h, int w) {
   BatchNormConfig c;
   c.channels = channels;
@@ -152,12 +165,8 @@ TEST(BatchNormOpBlocked, TrainingAndBackwardMatchTheNaiveLoop) {
     const BnRef ref = bn_train_ref(c, n, x, gamma, beta);
     EXPECT_TRUE(all_close(blocked_to_nhwc(y_.to_host(), n, hw, 32, block), ref.y, 1e-4, 1e-5));
     op->backward(n, x_.data(), g_.data(), dy_.data(), dx_.data(), dg.data(), db.data(), false);
-    std::vector<double> want_dx, want_dg, want_db;
-    bn_backward_ref(c, n, x, gamma, dy, want_dx, want_dg, want_db);
-    EXPECT_TRUE(all_close(blocked_to_nhwc(dx_.to_host(), n, hw, 32, block), want_dx, 1e-4, 1e-5))
-        << "dx";
-    EXPECT_TRUE(all_close(dg.to_host(), want_dg, 1e-4, 1e-5)) << "dgamma";
-    EXPECT_TRUE(all_close(db.to_host(), want_db, 1e-4, 1e-5)) << "dbeta";
+    expect_naive_backward(c, n, x, gamma, dy, blocked_to_nhwc(dx_.to_host(), n, hw, 32, block),
+                          dg.to_host(), db.to_host());
   }
 }
 
@@ -232,11 +241,7 @@ TEST(BatchNormOpGivenStats, NormalisesWithTheSumsAndDifferentiatesThroughThem) {
     }
     EXPECT_TRUE(all_close(unlay(y_.to_host()), ref.y, 1e-4, 1e-5)) << "y, x's sums";
     op->backward(n, x_.data(), g_.data(), dy_.data(), dx_.data(), dg.data(), db.data(), false);
-    std::vector<double> want_dx, want_dg, want_db;
-    bn_backward_ref(c, n, x, gamma, masked, want_dx, want_dg, want_db);
-    EXPECT_TRUE(all_close(unlay(dx_.to_host()), want_dx, 1e-4, 1e-5)) << "dx";
-    EXPECT_TRUE(all_close(dg.to_host(), want_dg, 1e-4, 1e-5)) << "dgamma";
-    EXPECT_TRUE(all_close(db.to_host(), want_db, 1e-4, 1e-5)) << "dbeta";
+    expect_naive_backward(c, n, x, gamma, masked, unlay(dx_.to_host()), dg.to_host(), db.to_host());
 
     if (!relu) continue;
     sums[3] = std::nan("");  // a NaN in channel 3's input makes its sum NaN
@@ -310,11 +315,7 @@ TEST(BatchNormOpGivenStats, AddsTheResidualAndRectifies) {
     EXPECT_TRUE(all_close(rv.to_host(), want_var, 1e-5, 1e-6)) << "running_var";
 
     op->backward(n, x_.data(), g_.data(), dy_.data(), dx_.data(), dg.data(), db.data(), false);
-    std::vector<double> want_dx, want_dg, want_db;
-    bn_backward_ref(c, n, x, gamma, dy, want_dx, want_dg, want_db);
-    EXPECT_TRUE(all_close(unlay(dx_.to_host()), want_dx, 1e-4, 1e-5)) << "dx";
-    EXPECT_TRUE(all_close(dg.to_host(), want_dg, 1e-4, 1e-5)) << "dgamma";
-    EXPECT_TRUE(all_close(db.to_host(), want_db, 1e-4, 1e-5)) << "dbeta";
+    expect_naive_backward(c, n, x, gamma, dy, unlay(dx_.to_host()), dg.to_host(), db.to_host());
 
     // Inference: the running statistics, whatever the sums say.
     std::fill(sums, sums + 2 * ch, 0.0);
@@ -372,11 +373,7 @@ TEST_P(BatchNormOpTest, FusedReluMatchesSeparateLayers) {
     ASSERT_GT(zeros, total / 4);  // the mask matters
     EXPECT_TRUE(all_close(unlay(y_.to_host()), ref.y, 1e-4, 1e-5)) << "y";
     op->backward(n, x_.data(), g_.data(), dy_.data(), dx_.data(), dg.data(), db.data(), false);
-    std::vector<double> want_dx, want_dg, want_db;
-    bn_backward_ref(c, n, x, gamma, masked, want_dx, want_dg, want_db);
-    EXPECT_TRUE(all_close(unlay(dx_.to_host()), want_dx, 1e-4, 1e-5)) << "dx";
-    EXPECT_TRUE(all_close(dg.to_host(), want_dg, 1e-4, 1e-5)) << "dgamma";
-    EXPECT_TRUE(all_close(db.to_host(), want_db, 1e-4, 1e-5)) << "dbeta";
+    expect_naive_backward(c, n, x, gamma, masked, unlay(dx_.to_host()), dg.to_host(), db.to_host());
 
     // Inference: max(0, the running-statistics normalisation).
     op->forward_infer(n, x_.data(), g_.data(), b_.data(), rm.data(), rv.data(), y_.data());
