@@ -134,9 +134,13 @@ void Trainer::Impl::make_update() {
     if (world.size() > 1 && backend->device() == Device::kCpu) how += " (" + why_not + ")";
   }
   if (world.is_root()) {
-    DDPV_INFO(model->summary().substr(0, model->summary().find('\n')), "; ", world.size(),
-              " rank(s) x batch ", o.batch_size, (o.accum_steps > 1 ? " x accum " : ""),
+    const std::string summary = model->summary();
+    const size_t first = summary.find('\n');
+    DDPV_INFO(summary.substr(0, first), "; ", world.size(), " rank(s) x batch ", o.batch_size,
+              (o.accum_steps > 1 ? " x accum " : ""),
               (o.accum_steps > 1 ? std::to_string(o.accum_steps) : std::string()), "; ", how);
+    // Every layer, with the algorithm and the fusions the backend chose (DDPV_LOG_LEVEL=debug).
+    DDPV_DEBUG("layers:\n", summary.substr(first + 1));
   }
 }
 

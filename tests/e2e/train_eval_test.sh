@@ -33,8 +33,11 @@ acc=$(json_field "$WORK/bf16.jsonl" summary val_acc)
 "$PY" -c "import sys; a=float('$acc'); sys.exit(0 if a > 0.9 else 1)" || fail "bf16-reduced val_acc $acc <= 0.9"
 # --profile-layers (Note [Layer profile]): rank 0 alone prints the table, over the steps after
 # the 5 warm-up steps (10 steps in one epoch -> 5), with the layers and the trainer's phases.
-mpirun_np 2 "$BIN/ddpv-train" --data "$WORK/tiny.h5" --model lenet --epochs 1 --batch-size 32 \
+# With DDPV_LOG_LEVEL=debug, rank 0 also lists the model's layers and what each fused.
+mpirun_np 2 -x DDPV_LOG_LEVEL=debug "$BIN/ddpv-train" --data "$WORK/tiny.h5" --model lenet --epochs 1 --batch-size 32 \
   --lr 0.05 --no-augment --profile-layers >"$WORK/prof.txt" 2>&1 || { cat "$WORK/prof.txt"; fail "profiled training exited non-zero"; }
+[ "$(grep -c 'debug: layers:' "$WORK/prof.txt")" = 1 ] || { cat "$WORK/prof.txt"; fail "expected one layer list, from rank 0"; }
+grep -q '^  conv2: conv 5x5/1 pad 2, (14, 14, 32) -> (14, 14, 64) (winograd F(4x4,5x5), + relu, + maxpool)$' "$WORK/prof.txt" || { cat "$WORK/prof.txt"; fail "the layer list does not describe conv2"; }
 [ "$(grep -c '^layer profile: ' "$WORK/prof.txt")" = 1 ] || { cat "$WORK/prof.txt"; fail "expected one layer profile, from rank 0"; }
 grep -q '^layer profile: 5 steps, ' "$WORK/prof.txt" || { cat "$WORK/prof.txt"; fail "the profile should cover steps 6-10"; }
 for row in conv1 conv2 fc1 fc2 data loss optimizer "step agreement"; do
