@@ -31,6 +31,8 @@ void Layer::setup_image_input(Backend& backend, const Shape& in) {
   in_ = in;
 }
 
-std::string Layer::describe() const { return name_ + ": " + in_.str() + " -> " + out_.str(); }
+std::string Layer::describe() const {
+  return name_ + ": " + in_.str() + " -> " + out_.str();
+}
 
 }  // namespace ddpv
