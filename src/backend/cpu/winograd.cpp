@@ -1,7 +1,7 @@
 // Conv2dOp by Winograd's minimal filtering (Note [Winograd convolution]): the filter
-// transforms, the order of the stages, the chunks between threads, and the choice of the
-// layers it serves. The matrices are in winograd_matrices.cpp, the tile loops in
-// winograd_kernels.hpp.
+// transforms, the order of the stages and the chunks between threads. The matrices are in
+// winograd_matrices.cpp, the choice of the layers it serves and of the loops in
+// winograd_choice.cpp, the tile loops in winograd_kernels.hpp.
 #include "backend/cpu/winograd.hpp"
 
 #include <omp.h>
@@ -43,8 +43,8 @@ constinit thread_local bool t_alone = false;  // Note [Alone in a chunk] (team.h
 // The transforms are memory-bound passes; the GEMMs are our own (Note [Winograd GEMMs] in
 // winograd_kernels.hpp). Images go through in
 // chunks so that a chunk's transformed input and output stay in cache between the transform
-// and the GEMM that reads it. The layers it serves (winograd_tile) are those where it was
-// measured faster than oneDNN's direct kernels: docs/performance-log.md.
+// and the GEMM that reads it. The layers it serves (winograd_tile, winograd_choice.cpp) are
+// those where it was measured faster than oneDNN's direct kernels: docs/performance-log.md.
 
 namespace {
 
@@ -60,56 +60,6 @@ namespace {
 constexpr int kChunkRows = 64;
 
 }  // namespace
-
-bool weights_changed(std::vector<float>& seen, const float* w, size_t count) {
-  if (seen.size() == count && std::memcmp(seen.data(), w, count * sizeof(float)) == 0) return false;
-  seen.assign(w, w + count);
-  return true;
-}
-
-WinogradGeometry winograd_geometry(const Conv2dConfig& cfg, int m) {
-  WinogradGeometry g;
-  g.m = m;
-  g.r = cfg.kernel;
-  g.alpha = m + cfg.kernel - 1;
-  g.pad = cfg.padding;
-  g.in_h = cfg.in_h;
-  g.in_w = cfg.in_w;
-  g.out_h = cfg.out_h();
-  g.out_w = cfg.out_w();
-  g.tiles_h = (g.out_h + m - 1) / m;
-  g.tiles_w = (g.out_w + m - 1) / m;
-  g.cin = cfg.in_channels;
-  g.cout = cfg.out_channels;
-  g.in_block = cfg.in_block > 0 ? cfg.in_block : cfg.in_channels;
-  g.out_block = cfg.out_block > 0 ? cfg.out_block : cfg.out_channels;
-  return g;
-}
-
-int winograd_tile(ConvAlgorithm algorithm, const Conv2dConfig& c) {
-  if (algorithm == ConvAlgorithm::kDirect) return 0;
-  if (c.stride != 1 || (c.kernel != 3 && c.kernel != 5)) return 0;
-  if (c.in_channels % 8 != 0 || c.out_channels % 8 != 0) return 0;
-  if (c.out_h() < 1 || c.out_w() < 1) return 0;
-  // Outputs of 2 x 2 or less waste most of a 4 x 4 tile.
-  const int m = std::min(c.out_h(), c.out_w()) <= 2 ? 2 : 4;
-  if (algorithm == ConvAlgorithm::kWinograd) return m;
-  // kAuto: where it was measured faster (docs/performance-log.md, "Winograd convolution"): 16
-  // channels and more. resnet20's stage 1 (16 -> 16, 3x3 on 32x32) joined once the transforms
-  // had their prefetches and shared columns: conv_bench 1.41x over oneDNN's direct kernels,
-  // where the first transforms gave 0.98x-1.04x.
-  return std::min(c.in_channels, c.out_channels) >= 16 ? m : 0;
-}
-
-const WinogradKernels* winograd_kernels_fastest(int m, int r) {
-  const WinogradKernels* k = nullptr;
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl"))
-    k = winograd_kernels_avx512(m, r);  // Note [Wide Winograd GEMMs]
-  if (k == nullptr && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    k = winograd_kernels_avx2(m, r);
-  if (k == nullptr) k = winograd_kernels_generic(m, r);
-  return k;
-}
 
 namespace {
 
