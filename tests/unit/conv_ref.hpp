@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "op_check.hpp"
@@ -151,6 +153,24 @@ inline std::unique_ptr<Backend> winograd_backend(int block, int threads) {
   o.activation_block = block;
   o.conv_algorithm = ConvAlgorithm::kWinograd;
   return make_backend(o);
+}
+
+// f(backend, config, case) for each (activation block, threads) setup and each case, the
+// config in that setup's layout, under a trace naming both.
+template <class F>
+inline void for_each_setup(std::initializer_list<std::pair<int, int>> setups,
+                           std::initializer_list<ConvCase> cases, const F& f) {
+  for (auto [block, threads] : setups) {
+    auto backend = winograd_backend(block, threads);
+    for (const ConvCase& cc : cases) {
+      Conv2dConfig c = cc.config();
+      c.in_block = block_for(c.in_channels, block);
+      c.out_block = block_for(c.out_channels, block);
+      SCOPED_TRACE(cc.str() + " block " + std::to_string(block) + ", " + std::to_string(threads) +
+                   " threads");
+      f(*backend, c, cc);
+    }
+  }
 }
 
 inline double max_abs(const std::vector<double>& v) {

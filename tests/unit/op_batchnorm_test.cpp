@@ -5,78 +5,11 @@
 #include <string>
 #include <utility>
 
+#include "bn_ref.hpp"
 #include "op_check.hpp"
 
 namespace ddpv::test {
 namespace {
-
-struct BnRef {
-  std::vector<double> y, mean, var;  // var: biased, as normalisation uses it
-};
-
-// x, y: (N, H, W, C); statistics per channel over M = N * H * W values.
-BnRef bn_train_ref(const BatchNormConfig& c, int n, const std::vector<float>& x,
-                   const std::vector<float>& gamma, const std::vector<float>& beta) {
-  const size_t m = static_cast<size_t>(n) * c.h * c.w, ch = c.channels;
-  BnRef r{std::vector<double>(x.size()), std::vector<double>(ch), std::vector<double>(ch)};
-  for (size_t i = 0; i < m; ++i)
-    for (size_t k = 0; k < ch; ++k) r.mean[k] += x[i * ch + k] / static_cast<double>(m);
-  for (size_t i = 0; i < m; ++i)
-    for (size_t k = 0; k < ch; ++k) {
-      const double d = x[i * ch + k] - r.mean[k];
-      r.var[k] += d * d / static_cast<double>(m);
-    }
-  for (size_t i = 0; i < m; ++i)
-    for (size_t k = 0; k < ch; ++k)
-      r.y[i * ch + k] =
-          gamma[k] * (x[i * ch + k] - r.mean[k]) / std::sqrt(r.var[k] + c.eps) + beta[k];
-  return r;
-}
-
-// The textbook gradient of batch normalisation with batch statistics.
-void bn_backward_ref(const BatchNormConfig& c, int n, const std::vector<float>& x,
-                     const std::vector<float>& gamma, const std::vector<float>& dy,
-                     std::vector<double>& dx, std::vector<double>& dgamma,
-                     std::vector<double>& dbeta) {
-  const BnRef s = bn_train_ref(c, n, x, gamma, std::vector<float>(gamma.size()));
-  const size_t m = static_cast<size_t>(n) * c.h * c.w, ch = c.channels;
-  dx.assign(x.size(), 0);
-  dgamma.assign(ch, 0);
-  dbeta.assign(ch, 0);
-  std::vector<double> xhat(x.size());
-  for (size_t i = 0; i < m; ++i)
-    for (size_t k = 0; k < ch; ++k) {
-      xhat[i * ch + k] = (x[i * ch + k] - s.mean[k]) / std::sqrt(s.var[k] + c.eps);
-      dbeta[k] += dy[i * ch + k];
-      dgamma[k] += dy[i * ch + k] * xhat[i * ch + k];
-    }
-  for (size_t i = 0; i < m; ++i)
-    for (size_t k = 0; k < ch; ++k)
-      dx[i * ch + k] = gamma[k] / std::sqrt(s.var[k] + c.eps) *
-                       (dy[i * ch + k] - dbeta[k] / m - xhat[i * ch + k] * dgamma[k] / m);
-}
-
-// The op's gradients (dx in NHWC) against the naive backward of dy (already masked where a
-// fused ReLU closed), to 1e-4 relative and 1e-5 absolute.
-void expect_naive_backward(const BatchNormConfig& c, int n, const std::vector<float>& x,
-                           const std::vector<float>& gamma, const std::vector<float>& dy,
-                           const std::vector<float>& dx, const std::vector<float>& dgamma,
-                           const std::vector<float>& dbeta) {
-  std::vector<double> want_dx, want_dg, want_db;
-  bn_backward_ref(c, n, x, gamma, dy, want_dx, want_dg, want_db);
-  EXPECT_TRUE(all_close(dx, want_dx, 1e-4, 1e-5)) << "dx";
-  EXPECT_TRUE(all_close(dgamma, want_dg, 1e-4, 1e-5)) << "dgamma";
-  EXPECT_TRUE(all_close(dbeta, want_db, 1e-4, 1e-5)) << "dbeta";
-}
-
-BatchNormConfig config(int channels, int h, int w) {
-  BatchNormConfig c;
-  c.channels = channels;
-  c.h = h;
-  c.w = w;
-  c.momentum = 0.1f;
-  return c;
-}
 
 class BatchNormOpTest : public ::testing::TestWithParam<Device> {};
 
@@ -89,7 +22,7 @@ TEST_P(BatchNormOpTest, TrainingMatchesNaiveLoopAndFiniteDifferences) {
   for (const Case& k : {Case{2, 3, 5, 3}, Case{4, 5, 3, 3}, Case{3, 16, 2, 3}, Case{2, 1, 1, 2}}) {
     SCOPED_TRACE("n=" + std::to_string(k.n) + " c=" + std::to_string(k.c) + " " +
                  std::to_string(k.h) + "x" + std::to_string(k.w));
-    const BatchNormConfig c = config(k.c, k.h, k.w);
+    const BatchNormConfig c = bn_config(k.c, k.h, k.w);
     const size_t nx = static_cast<size_t>(k.n) * k.h * k.w * k.c, m = nx / k.c;
     auto x = random_vector(nx, ++seed, -2.0f, 3.0f), gamma = random_vector(k.c, ++seed, 0.5f, 1.5f),
          beta = random_vector(k.c, ++seed), r = random_vector(nx, ++seed);
@@ -170,169 +103,6 @@ TEST(BatchNormOpBlocked, TrainingAndBackwardMatchTheNaiveLoop) {
   }
 }
 
-// Note [Batch statistics from the convolution]: after take_given_stats(), forward_train
-// normalises with the mean and variance of the sums written to given_stats(), not with x's
-// own (the sums here are those of another tensor), updates the running statistics from them,
-// and backward differentiates through the batch statistics as without them (the sums of x).
-// NHWC and blocks of 16, with and without the fused ReLU; a channel whose sums are not finite
-// comes out NaN under the ReLU, as its statistics would be.
-TEST(BatchNormOpGivenStats, NormalisesWithTheSumsAndDifferentiatesThroughThem) {
-  auto backend = backend_or_skip(Device::kCpu);
-  for (const auto& [block, relu] : {std::pair{0, false}, {16, false}, {0, true}, {16, true}}) {
-    SCOPED_TRACE("block " + std::to_string(block) + (relu ? ", relu" : ""));
-    BatchNormConfig c = config(16, 4, 5);
-    c.block = block;
-    const int n = 3, ch = c.channels;
-    const int64_t hw = c.h * c.w;
-    const size_t total = static_cast<size_t>(n * hw * ch), m = total / ch;
-    const auto x = random_vector(total, 91, -1.0f, 2.0f), other = random_vector(total, 92),
-               dy = random_vector(total, 93), gamma = random_vector(16, 94, 0.5f, 1.5f),
-               beta = random_vector(16, 95, -0.5f, 0.5f);
-    auto lay = [&](const std::vector<float>& v) {
-      return block > 0 ? nhwc_to_blocked(v, n, hw, ch, block) : v;
-    };
-    auto unlay = [&](const std::vector<float>& v) {
-      return block > 0 ? blocked_to_nhwc(v, n, hw, ch, block) : v;
-    };
-    auto op = backend->batchnorm2d(c);
-    if (relu) {
-      ASSERT_TRUE(op->fuse_relu());
-    }
-    double* sums = op->given_stats();
-    ASSERT_NE(sums, nullptr);
-    EXPECT_FALSE(op->takes_given_stats());
-    op->take_given_stats();
-    EXPECT_TRUE(op->takes_given_stats());
-    auto give = [&](const std::vector<float>& v) {
-      std::fill(sums, sums + 2 * ch, 0.0);
-      for (size_t i = 0; i < total; ++i) {
-        sums[i % ch] += v[i];
-        sums[ch + i % ch] += double{v[i]} * v[i];
-      }
-    };
-    DeviceBuffer x_(backend.get(), lay(x)), g_(backend.get(), gamma), b_(backend.get(), beta),
-        y_(backend.get(), total), rm(backend.get(), 16),
-        rv(backend.get(), std::vector<float>(16, 1.0f)), dy_(backend.get(), lay(dy)),
-        dx_(backend.get(), total), dg(backend.get(), 16), db(backend.get(), 16);
-
-    // The statistics of `other`, applied to x.
-    give(other);
-    op->forward_train(n, x_.data(), g_.data(), b_.data(), y_.data(), rm.data(), rv.data());
-    const BnRef theirs = bn_train_ref(c, n, other, gamma, beta);
-    std::vector<double> want(total), want_rv(16);
-    for (size_t i = 0; i < total; ++i) {
-      const size_t k = i % 16;
-      want[i] = gamma[k] * (x[i] - theirs.mean[k]) / std::sqrt(theirs.var[k] + c.eps) + beta[k];
-      if (relu) want[i] = std::max(0.0, want[i]);
-    }
-    for (int k = 0; k < 16; ++k) want_rv[k] = 0.9 + 0.1 * theirs.var[k] * m / (m - 1.0);
-    EXPECT_TRUE(all_close(unlay(y_.to_host()), want, 1e-4, 1e-5)) << "y";
-    EXPECT_TRUE(all_close(rv.to_host(), want_rv, 1e-5, 1e-6)) << "running_var";
-
-    // x's own sums: forward and backward as the naive loops.
-    give(x);
-    op->forward_train(n, x_.data(), g_.data(), b_.data(), y_.data(), rm.data(), rv.data());
-    BnRef ref = bn_train_ref(c, n, x, gamma, beta);
-    std::vector<float> masked(dy);
-    for (size_t i = 0; i < total && relu; ++i) {
-      if (ref.y[i] > 0) continue;
-      ref.y[i] = 0;
-      masked[i] = 0;
-    }
-    EXPECT_TRUE(all_close(unlay(y_.to_host()), ref.y, 1e-4, 1e-5)) << "y, x's sums";
-    op->backward(n, x_.data(), g_.data(), dy_.data(), dx_.data(), dg.data(), db.data(), false);
-    expect_naive_backward(c, n, x, gamma, masked, unlay(dx_.to_host()), dg.to_host(), db.to_host());
-
-    if (!relu) continue;
-    sums[3] = std::nan("");  // a NaN in channel 3's input makes its sum NaN
-    op->forward_train(n, x_.data(), g_.data(), b_.data(), y_.data(), rm.data(), rv.data());
-    const auto got = unlay(y_.to_host());
-    size_t nan3 = 0;
-    for (size_t i = 3; i < total; i += 16) nan3 += std::isnan(got[i]) ? 1 : 0;
-    EXPECT_EQ(nan3, total / 16) << "channel 3 should be NaN throughout";
-  }
-}
-
-// Note [BatchNorm + residual]: with the statistics given, forward_add_relu writes max(0, the
-// naive normalisation + other) in training (a NaN in other kept), updates the running
-// statistics as forward_train, and backward is then the normalisation's; in inference it
-// uses the running statistics. Refused with the ReLU fused or without given statistics.
-TEST(BatchNormOpGivenStats, AddsTheResidualAndRectifies) {
-  auto backend = backend_or_skip(Device::kCpu);
-  {
-    auto plain = backend->batchnorm2d(config(16, 4, 5));
-    EXPECT_FALSE(plain->fuse_add_relu()) << "needs the statistics given";
-    auto fused = backend->batchnorm2d(config(16, 4, 5));
-    fused->fuse_relu();
-    fused->given_stats();
-    fused->take_given_stats();
-    EXPECT_FALSE(fused->fuse_add_relu()) << "not after fuse_relu";
-  }
-  for (int block : {0, 16}) {
-    SCOPED_TRACE("block " + std::to_string(block));
-    BatchNormConfig c = config(16, 4, 5);
-    c.block = block;
-    const int n = 3, ch = c.channels;
-    const int64_t hw = c.h * c.w;
-    const size_t total = static_cast<size_t>(n * hw * ch), m = total / ch;
-    const auto x = random_vector(total, 101, -1.0f, 2.0f), dy = random_vector(total, 102),
-               gamma = random_vector(16, 103, 0.5f, 1.5f), beta = random_vector(16, 104);
-    auto other = random_vector(total, 105);
-    other[7] = std::nanf("");
-    auto lay = [&](const std::vector<float>& v) {
-      return block > 0 ? nhwc_to_blocked(v, n, hw, ch, block) : v;
-    };
-    auto unlay = [&](const std::vector<float>& v) {
-      return block > 0 ? blocked_to_nhwc(v, n, hw, ch, block) : v;
-    };
-    auto op = backend->batchnorm2d(c);
-    double* sums = op->given_stats();
-    op->take_given_stats();
-    ASSERT_TRUE(op->fuse_add_relu());
-    for (size_t i = 0; i < total; ++i) {
-      sums[i % ch] += x[i];
-      sums[ch + i % ch] += double{x[i]} * x[i];
-    }
-    const auto rmean0 = random_vector(16, 106), rvar0 = random_vector(16, 107, 0.5f, 2.0f);
-    DeviceBuffer x_(backend.get(), lay(x)), g_(backend.get(), gamma), b_(backend.get(), beta),
-        o_(backend.get(), lay(other)), y_(backend.get(), total), rm(backend.get(), rmean0),
-        rv(backend.get(), rvar0), dy_(backend.get(), lay(dy)), dx_(backend.get(), total),
-        dg(backend.get(), 16), db(backend.get(), 16);
-    op->forward_add_relu(n, true, x_.data(), g_.data(), b_.data(), o_.data(), y_.data(), rm.data(),
-                         rv.data());
-    const BnRef ref = bn_train_ref(c, n, x, gamma, beta);
-    std::vector<double> want(total), want_mean(16), want_var(16);
-    for (size_t i = 0; i < total; ++i) want[i] = std::max(0.0, ref.y[i] + other[i]);
-    auto got = unlay(y_.to_host());
-    EXPECT_TRUE(std::isnan(got[7])) << "a NaN in other stays NaN";
-    want[7] = got[7] = 0;
-    EXPECT_TRUE(all_close(got, want, 1e-4, 1e-5)) << "y";
-    for (int k = 0; k < 16; ++k) {
-      want_mean[k] = 0.9 * rmean0[k] + 0.1 * ref.mean[k];
-      want_var[k] = 0.9 * rvar0[k] + 0.1 * ref.var[k] * m / (m - 1.0);
-    }
-    EXPECT_TRUE(all_close(rm.to_host(), want_mean, 1e-5, 1e-6)) << "running_mean";
-    EXPECT_TRUE(all_close(rv.to_host(), want_var, 1e-5, 1e-6)) << "running_var";
-
-    op->backward(n, x_.data(), g_.data(), dy_.data(), dx_.data(), dg.data(), db.data(), false);
-    expect_naive_backward(c, n, x, gamma, dy, unlay(dx_.to_host()), dg.to_host(), db.to_host());
-
-    // Inference: the running statistics, whatever the sums say.
-    std::fill(sums, sums + 2 * ch, 0.0);
-    op->forward_add_relu(n, false, x_.data(), g_.data(), b_.data(), o_.data(), y_.data(), rm.data(),
-                         rv.data());
-    const auto mean = rm.to_host(), var = rv.to_host();
-    for (size_t i = 0; i < total; ++i) {
-      const size_t k = i % 16;
-      want[i] = std::max(0.0, gamma[k] * (x[i] - mean[k]) / std::sqrt(var[k] + double{c.eps}) +
-                                  beta[k] + other[i]);
-    }
-    auto inf = unlay(y_.to_host());
-    want[7] = inf[7] = 0;
-    EXPECT_TRUE(all_close(inf, want, 1e-5, 1e-5)) << "inference y";
-  }
-}
-
 // Note [BatchNorm + ReLU]: a fused op's forwards give max(0, y), and its backward takes the
 // gradient of that output: the naive BatchNorm backward of dy masked where the reference y is
 // positive. In NHWC and in blocks (where the backend has them).
@@ -341,7 +111,7 @@ TEST_P(BatchNormOpTest, FusedReluMatchesSeparateLayers) {
   for (int block : {0, 8, 16}) {
     if (block > 0 && GetParam() != Device::kCpu) continue;
     SCOPED_TRACE("block " + std::to_string(block));
-    BatchNormConfig c = config(16, 4, 5);
+    BatchNormConfig c = bn_config(16, 4, 5);
     c.block = block;
     const int n = 3, ch = c.channels;
     const int64_t hw = c.h * c.w;
@@ -407,7 +177,7 @@ TEST_P(BatchNormOpTest, FusedReluMatchesSeparateLayers) {
 
 TEST_P(BatchNormOpTest, InferenceUsesRunningStatistics) {
   DDPV_BACKEND_OR_SKIP(backend, GetParam());
-  const BatchNormConfig c = config(6, 3, 5);
+  const BatchNormConfig c = bn_config(6, 3, 5);
   const int n = 3;
   const size_t nx = static_cast<size_t>(n) * 3 * 5 * 6;
   const auto x = random_vector(nx, 1, -2, 2), gamma = random_vector(6, 2),
@@ -430,7 +200,7 @@ TEST_P(BatchNormOpTest, InferenceUsesRunningStatistics) {
 
 TEST_P(BatchNormOpTest, AccumulateAddsToParameterGradients) {
   DDPV_BACKEND_OR_SKIP(backend, GetParam());
-  const BatchNormConfig c = config(4, 3, 3);
+  const BatchNormConfig c = bn_config(4, 3, 3);
   const int n = 2;
   const size_t nx = 2ul * 3 * 3 * 4;
   const auto x = random_vector(nx, 11), gamma = random_vector(4, 12), beta = random_vector(4, 13),
@@ -454,10 +224,10 @@ TEST_P(BatchNormOpTest, AccumulateAddsToParameterGradients) {
 
 TEST_P(BatchNormOpTest, RejectsBadInput) {
   DDPV_BACKEND_OR_SKIP(backend, GetParam());
-  EXPECT_THROW(backend->batchnorm2d(config(0, 3, 3)), Error);
-  EXPECT_THROW(backend->batchnorm2d(config(4, 0, 3)), Error);
+  EXPECT_THROW(backend->batchnorm2d(bn_config(0, 3, 3)), Error);
+  EXPECT_THROW(backend->batchnorm2d(bn_config(4, 0, 3)), Error);
   // One value per channel has no batch variance (PyTorch refuses it too).
-  auto op = backend->batchnorm2d(config(2, 1, 1));
+  auto op = backend->batchnorm2d(bn_config(2, 1, 1));
   DeviceBuffer x(backend.get(), 2), g(backend.get(), 2), y(backend.get(), 2);
   try {
     op->forward_train(1, x.data(), g.data(), g.data(), y.data(), g.data(), g.data());

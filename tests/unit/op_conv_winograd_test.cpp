@@ -1,6 +1,7 @@
 // The CPU backend's Winograd convolution (Note [Winograd convolution]): its matrices, its op
 // against the naive loops, its baseline loops against the AVX2 ones, and where it is chosen.
-// The single-channel op and the fusions are in op_conv_fused_test.cpp.
+// The single-channel op and the fusions are in op_conv_fused_test.cpp, the residual-block
+// fusions in op_residual_fusion_test.cpp.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -26,24 +27,6 @@ std::vector<const cpu::WinogradKernels*> kernel_builds(int m, int r) {
       cpu::winograd_kernels_avx512(m, r) != nullptr)
     out.push_back(cpu::winograd_kernels_avx512(m, r));
   return out;
-}
-
-// f(backend, config, case) for each (activation block, threads) setup and each case, the
-// config in that setup's layout, under a trace naming both.
-template <class F>
-void for_each_setup(std::initializer_list<std::pair<int, int>> setups,
-                    std::initializer_list<ConvCase> cases, const F& f) {
-  for (auto [block, threads] : setups) {
-    auto backend = winograd_backend(block, threads);
-    for (const ConvCase& cc : cases) {
-      Conv2dConfig c = cc.config();
-      c.in_block = block_for(c.in_channels, block);
-      c.out_block = block_for(c.out_channels, block);
-      SCOPED_TRACE(cc.str() + " block " + std::to_string(block) + ", " + std::to_string(threads) +
-                   " threads");
-      f(*backend, c, cc);
-    }
-  }
 }
 
 // The matrices compute a 1-D correlation y_i = sum_k g_k d_{i+k} exactly (in double), and to
@@ -205,64 +188,6 @@ TEST(ConvOpWinograd, ChunksBetweenThreadsRepeatBitForBit) {
   EXPECT_EQ(a.dx, one.dx);
   EXPECT_TRUE(close(a.dw, one.dw)) << "dw";  // summed per thread, then added
   EXPECT_TRUE(close(a.db, one.db)) << "db";
-}
-
-// Note [Input gradient added]: once asked, backward adds the input gradient to what dx holds
-// (the naive loops' dx plus the values put there first), in every layout, on one thread and
-// on three, over several chunks; the weight and bias gradients are unchanged by it.
-TEST(ConvOpWinograd, AddsTheInputGradientWhenAsked) {
-  uint64_t seed = 5000;
-  for_each_setup(
-      {{0, 1}, {8, 1}, {16, 1}, {8, 3}},
-      {ConvCase{2, 16, 16, 7, 9, 3, 1, 1, false}, ConvCase{3, 32, 16, 14, 14, 5, 1, 2, true},
-       ConvCase{9, 16, 16, 16, 16, 3, 1, 1, true}},  // 3 chunks
-      [&](Backend& backend, const Conv2dConfig& c, const ConvCase& cc) {
-        auto op = backend.conv2d(c);
-        ASSERT_TRUE(op->add_input_grad());
-        ConvProblem p(&backend, c, cc.n, seed);
-        const std::vector<float> held = random_vector(p.x.size(), ++seed);
-        upload(p.gx, nhwc_to_blocked(held, cc.n, p.ihw, c.in_channels, c.in_block));
-        p.forward(*op);
-        p.backward(*op, true, false);
-        ConvGrads ref = p.grads_ref();
-        std::vector<double> want = ref.dx;
-        for (size_t i = 0; i < want.size(); ++i) want[i] += held[i];
-        EXPECT_TRUE(winograd_close(p.dx(), want)) << "dx";
-        EXPECT_TRUE(winograd_close(p.gw.to_host(), ref.dw)) << "dw";
-        if (c.bias) {
-          EXPECT_TRUE(winograd_close(p.gb.to_host(), ref.db)) << "db";
-        }
-      });
-}
-
-// Note [Batch statistics from the convolution]: once asked, forward writes the sums of y per
-// output channel and of its squares (against the naive loops' y, summed in double), in every
-// layout, on one thread and on three, over several chunks and partial tiles; y is unchanged
-// by it.
-TEST(ConvOpWinograd, WritesTheBatchStatisticsOfItsOutput) {
-  uint64_t seed = 6000;
-  for_each_setup(
-      {{0, 1}, {8, 1}, {16, 1}, {16, 3}, {8, 3}},
-      {ConvCase{2, 16, 16, 7, 9, 3, 1, 1, true}, ConvCase{3, 32, 16, 14, 14, 5, 1, 2, false},
-       ConvCase{9, 16, 32, 16, 16, 3, 1, 1, false}},  // 3 chunks
-      [&](Backend& backend, const Conv2dConfig& c, const ConvCase& cc) {
-        auto op = backend.conv2d(c);
-        std::vector<double> sums(2 * size_t(c.out_channels), 1e30);
-        ASSERT_TRUE(op->write_batch_stats(sums.data()));
-        ConvProblem p(&backend, c, cc.n, seed);
-        for (int round = 0; round < 2; ++round) {  // the second forward starts from its own sums
-          p.forward(*op);
-          const std::vector<double> y = p.y_ref();
-          EXPECT_TRUE(winograd_close(p.y(), y)) << "y";
-          std::vector<double> want(sums.size(), 0.0);
-          for (size_t i = 0; i < y.size(); ++i) {
-            want[i % c.out_channels] += y[i];
-            want[c.out_channels + i % c.out_channels] += y[i] * y[i];
-          }
-          const std::vector<float> got(sums.begin(), sums.end());
-          EXPECT_TRUE(all_close(got, want, 1e-4, 1e-4 * max_abs(want))) << "round " << round;
-        }
-      });
 }
 
 // The loops built for the baseline instruction set (what a CPU without AVX2 + FMA runs) give
