@@ -44,12 +44,11 @@ Shape Sequence::setup(Backend& backend, const Shape& in) {
 }
 
 bool Sequence::add_input_grad() {
-  if (backend_ == nullptr || !backend_->fuse_layers() || layers_.empty() || folded_[0])
+  if (backend_ == nullptr || !backend_->fuse_layers() || layers_.empty() || passes_gradient(0))
     return false;
   // dy may be dx: a later layer must take it (and be done with it) before layer 0 writes dx.
   bool later = false;
-  for (size_t k = 1; k < layers_.size(); ++k)
-    later = later || !(folded_[k] || (k >= 2 && pooled_[k - 2]));
+  for (size_t k = 1; k < layers_.size(); ++k) later = later || !passes_gradient(k);
   return later && layers_[0]->add_input_grad();
 }
 
@@ -115,7 +114,7 @@ void Sequence::backward(const Tensor& x, const Tensor& dy, Tensor* dx, bool accu
   for (size_t k = layers_.size(); k-- > 0;) {
     // A ReLU whose backward a neighbour applies, or a pooling fused into layer k - 2 (Note
     // [Pooled weight gradient]): the gradient passes through.
-    if (folded_[k] || (k >= 2 && pooled_[k - 2])) {
+    if (passes_gradient(k)) {
       if (k == 0 && dx)
         backend_->copy(dx->raw(), dx->device(), upstream.raw(), upstream.device(),
                        upstream.nbytes());

@@ -35,6 +35,9 @@ class Sequence {
 
  private:
   const Tensor& run_forward(const Tensor& x, bool training, const Tensor* other, Tensor* y);
+  // Layer k runs no backward of its own: a ReLU whose backward a neighbour applies, or a layer
+  // whose output layer k - 2 writes (Note [Pooled weight gradient]).
+  bool passes_gradient(size_t k) const { return folded_[k] || (k >= 2 && pooled_[k - 2]); }
 
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<Tensor> acts_;        // acts_[i]: output of layer i
