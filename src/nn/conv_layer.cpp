@@ -51,7 +51,15 @@ class Conv2dLayer final : public WeightedLayer<Conv2dOp> {
     double* sums = bn != nullptr ? bn->given_stats() : nullptr;
     if (sums == nullptr || !op_->write_batch_stats(sums)) return false;
     bn->take_given_stats();
+    stats_ = sums;
     return true;
+  }
+
+  // In evaluation the BatchNorm normalises with its running statistics: the sums go unread,
+  // so the convolution writes none (a few percent of its output transform).
+  void forward(const Tensor& x, Tensor& y, bool training) override {
+    if (stats_ != nullptr) op_->write_batch_stats(training ? stats_ : nullptr);
+    WeightedLayer::forward(x, y, training);
   }
 
   bool fuse_max_pool(Layer& pool) override {
@@ -94,6 +102,7 @@ class Conv2dLayer final : public WeightedLayer<Conv2dOp> {
   Pool2dOp* pool_ = nullptr;            // Note [Max pooling fused into the convolution]
   const int32_t* positions_ = nullptr;  // what the last forward_pooled recorded, for pooled_n_
   int pooled_n_ = 0;
+  double* stats_ = nullptr;  // Note [Batch statistics from the convolution]: the BatchNorm's sums
 };
 
 class BatchNorm2dLayer final : public Layer {

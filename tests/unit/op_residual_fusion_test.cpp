@@ -45,7 +45,7 @@ TEST(ConvOpWinograd, AddsTheInputGradientWhenAsked) {
 // Note [Batch statistics from the convolution]: once asked, forward writes the sums of y per
 // output channel and of its squares (against the naive loops' y, summed in double), in every
 // layout, on one thread and on three, over several chunks and partial tiles; y is unchanged
-// by it.
+// by it, and null sums stop it.
 TEST(ConvOpWinograd, WritesTheBatchStatisticsOfItsOutput) {
   uint64_t seed = 6000;
   for_each_setup(
@@ -69,6 +69,11 @@ TEST(ConvOpWinograd, WritesTheBatchStatisticsOfItsOutput) {
           const std::vector<float> got(sums.begin(), sums.end());
           EXPECT_TRUE(all_close(got, want, 1e-4, 1e-4 * max_abs(want))) << "round " << round;
         }
+        op->write_batch_stats(nullptr);  // evaluation: no sums, the same y
+        std::fill(sums.begin(), sums.end(), 1e30);
+        p.forward(*op);
+        EXPECT_TRUE(winograd_close(p.y(), p.y_ref())) << "y without sums";
+        EXPECT_EQ(sums, std::vector<double>(sums.size(), 1e30));
       });
 }
 

@@ -100,7 +100,7 @@ class Conv2dOp {
   // Note [Batch statistics from the convolution]: asks forward to write, into sums (2 x Cout
   // doubles that outlive the op), the sum of y over images and positions per output channel,
   // then the sum of its squares; true if every forward will from now on (forward_pooled
-  // writes none).
+  // writes none). Null sums stop it again (evaluation, where they would go unread).
   virtual bool write_batch_stats(double* /*sums*/) { return false; }
   // Note [Fused ReLU]: asks forward to write max(0, y) (NaN kept, -0 as +0: the ReLU op's
   // rule) where it can do so for free; true if it will. Backward is unchanged: dy is still the
