@@ -1,12 +1,18 @@
 // Tensor construction, views and the built-in host allocator.
 #include "ddpv/core/tensor.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
 
 namespace ddpv {
 namespace {
+
+// The host allocator's counts (allocations are few and large: a lock costs nothing here).
+std::mutex stats_mutex;
+HostMemoryStats stats;
 
 class HostAllocator final : public Allocator {
  public:
@@ -16,9 +22,17 @@ class HostAllocator final : public Allocator {
     void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
     if (p == nullptr) DDPV_FAIL("out of host memory allocating ", bytes, " bytes");
     std::memset(p, 0, rounded == 0 ? 64 : rounded);
+    const std::lock_guard lock(stats_mutex);
+    stats.in_use += bytes;
+    stats.peak = std::max(stats.peak, stats.in_use);
+    stats.largest = std::max(stats.largest, bytes);
     return p;
   }
-  void deallocate(void* ptr, size_t) noexcept override { std::free(ptr); }
+  void deallocate(void* ptr, size_t bytes) noexcept override {
+    std::free(ptr);
+    const std::lock_guard lock(stats_mutex);
+    stats.in_use -= bytes;
+  }
 };
 
 }  // namespace
@@ -28,6 +42,17 @@ const char* device_name(Device d) { return d == Device::kCpu ? "cpu" : "cuda"; }
 Allocator* host_allocator() {
   static HostAllocator alloc;
   return &alloc;
+}
+
+HostMemoryStats host_memory_stats() {
+  const std::lock_guard lock(stats_mutex);
+  return stats;
+}
+
+void reset_host_memory_peak() {
+  const std::lock_guard lock(stats_mutex);
+  stats.peak = stats.in_use;
+  stats.largest = 0;
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Allocator* alloc) {

@@ -162,6 +162,11 @@ TrainSummary Trainer::Impl::finish() {
   s.stopped_by_signal = stop_signal != 0;
   s.stop_signal = stop_signal;
   s.last_checkpoint = last_checkpoint;
+  // The most host memory this rank's tensors held at once: parameters, gradients, optimizer
+  // state, activations and batches (the CUDA backend's device memory is not counted here).
+  const double host_peak_mib = double(host_memory_stats().peak) / (1 << 20);
+  if (world.is_root())
+    DDPV_DEBUG("host tensors: peak ", std::round(host_peak_mib * 10) / 10, " MiB on rank 0");
   metrics.write(JsonRecord()
                     .add("event", "summary")
                     .add("model", o.model)
@@ -179,6 +184,7 @@ TrainSummary Trainer::Impl::finish() {
                     .add("global_batch", s.global_batch)
                     .add("comm_wait_s", s.comm_wait_s)
                     .add("data_wait_s", s.data_wait_s)
+                    .add("host_tensor_peak_mib", host_peak_mib)
                     .add("stopped_by_signal", s.stopped_by_signal)
                     .add("checkpoint", s.last_checkpoint));
   return s;

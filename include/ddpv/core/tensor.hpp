@@ -27,6 +27,14 @@ class Allocator {
 // 64-byte aligned host memory, zero-filled.
 Allocator* host_allocator();
 
+// What the host allocator holds for this process: bytes in live allocations, the most it has
+// held at once, and the largest single allocation, the last two since the last reset.
+struct HostMemoryStats {
+  size_t in_use = 0, peak = 0, largest = 0;
+};
+HostMemoryStats host_memory_stats();
+void reset_host_memory_peak();  // peak = in_use, largest = 0
+
 class Tensor {
  public:
   Tensor() = default;
