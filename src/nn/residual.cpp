@@ -86,6 +86,10 @@ class ResidualBlock final : public Layer {
   }
 
   bool is_block() const override { return true; }
+  void share_gradient_buffers(const std::shared_ptr<GradientBuffers>& buffers) override {
+    main_.share_gradient_buffers(buffers);  // Note [Shared gradient buffers]
+    shortcut_.share_gradient_buffers(buffers);
+  }
   std::string describe() const override {
     const std::string how =
         !shortcut_.empty() ? " (projection shortcut)"
@@ -158,6 +162,9 @@ class LazyBlock final : public Layer {
     block_->backward(x, y, dy, dx, accumulate, ready);
   }
   bool is_block() const override { return true; }
+  void share_gradient_buffers(const std::shared_ptr<GradientBuffers>& buffers) override {
+    block_->share_gradient_buffers(buffers);
+  }
   std::string describe() const override { return block_ ? block_->describe() : name_; }
 
  private:

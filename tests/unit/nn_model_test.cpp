@@ -176,6 +176,65 @@ TEST(ModelTest, LenetFusesItsConvolutionsReluPairs) {
   EXPECT_LE(test::max_rel_error(a, b, largest), 1e-4);
 }
 
+// Note [Pooled activations]: where lenet's convolutions compute their poolings, the step holds
+// nothing of a convolution's full-size output: its largest tensor is pool1's output (or conv2's
+// input gradient, the same size), not conv1's output, four times that, which the model on
+// oneDNN's direct kernels (no pooling fused) does hold.
+TEST(ModelTest, PooledConvolutionsHoldOnlyThePooledOutput) {
+  BackendOptions o;
+  o.threads = 1;
+  auto fused_be = cpu();
+  o.conv_algorithm = ConvAlgorithm::kDirect;
+  auto plain_be = make_backend(o);
+  const int n = 5;
+  auto xs = test::random_vector(n * 28 * 28, 8);
+  std::vector<int32_t> ys{1, 7, 3, 0, 9};
+  auto largest_in_step = [&](Backend& be) {
+    auto m = make_model("lenet", be, Shape{28, 28, 1}, 10);
+    m->init_parameters(4);
+    auto loss = be.softmax_cross_entropy(10);
+    Tensor dl = Tensor::empty(Shape{n, 10}, DType::kF32);
+    Tensor x = Tensor::wrap(xs.data(), Shape{n, 28, 28, 1}, DType::kF32);
+    reset_host_memory_peak();
+    const size_t before = host_memory_stats().in_use;
+    const Tensor& logits = m->forward(x, true);
+    loss->forward(n, logits.data<float>(), ys.data());
+    loss->backward(n, ys.data(), dl.data<float>(), 1.0f);
+    m->backward(dl, false);
+    const HostMemoryStats after = host_memory_stats();
+    EXPECT_GT(after.in_use, before);  // the step's activations live on in the model
+    return after.largest;
+  };
+  const size_t pooled = size_t{n} * 14 * 14 * 32 * sizeof(float);
+  EXPECT_EQ(largest_in_step(*fused_be), pooled);
+  EXPECT_EQ(largest_in_step(*plain_be), 4 * pooled);  // conv1's output, (n, 28, 28, 32)
+}
+
+// Note [Shared gradient buffers]: what resnet20's backward allocates, counted by hand from its
+// shapes per sample: two buffers of the largest activation (32 x 32 x 16) for the model's own
+// layers, two more that all nine blocks' branches share (each held its own two before, 18 in
+// all), and for each of the two projection blocks its output gradient (16 x 16 x 32, 8 x 8 x
+// 64) and its shortcut's input gradient (32 x 32 x 16, 16 x 16 x 32). Its gradients still
+// match PyTorch's (golden_test) and separate layers' (FusedLayersComputeWhatSeparateLayersCompute).
+TEST(ModelTest, ResidualBlocksShareTheirGradientBuffers) {
+  auto be = cpu();
+  auto m = make_model("resnet20", *be, Shape{32, 32, 3}, 10);
+  m->init_parameters(2);
+  const int n = 2;
+  auto xs = test::random_vector(n * 32 * 32 * 3, 9);
+  std::vector<int32_t> ys{4, 8};
+  auto loss = be->softmax_cross_entropy(10);
+  Tensor dl = Tensor::empty(Shape{n, 10}, DType::kF32);
+  Tensor x = Tensor::wrap(xs.data(), Shape{n, 32, 32, 3}, DType::kF32);
+  const Tensor& logits = m->forward(x, true);
+  loss->forward(n, logits.data<float>(), ys.data());
+  loss->backward(n, ys.data(), dl.data<float>(), 1.0f);
+  const size_t before = host_memory_stats().in_use;
+  m->backward(dl, false);
+  const int64_t per_sample = 4 * 16384 + (8192 + 4096) + (16384 + 8192);
+  EXPECT_EQ(host_memory_stats().in_use - before, size_t(n * per_sample) * sizeof(float));
+}
+
 // Note [BatchNorm + ReLU]: on the CPU the stem's BatchNorm applies the ReLU after it (the
 // golden tests check the gradients of the whole model against PyTorch's).
 TEST(ModelTest, Resnet20FusesBatchNormReluPairs) {

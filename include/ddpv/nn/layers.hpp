@@ -15,6 +15,8 @@ namespace ddpv {
 // How a tensor starts (PyTorch's rules): kUniformFanIn is uniform(+-1/sqrt(fan_in)), which is
 // torch's default for conv/linear weights (kaiming-uniform, a = sqrt(5)) and biases;
 // kNormalFanOut is kaiming-normal(mode = fan_out, relu), torchvision's ResNet conv init.
+struct GradientBuffers;  // Note [Shared gradient buffers] (nn/sequence.hpp)
+
 enum class Init : uint8_t { kZeros, kOnes, kUniformFanIn, kNormalFanOut };
 
 // A named tensor of a layer, placed in an arena by the Model.
@@ -71,6 +73,9 @@ class Layer {
   }
   // A block runs layers of its own, which the profile times instead (Note [Layer profile]).
   virtual bool is_block() const { return false; }
+  // Note [Shared gradient buffers]: a block's branches take their gradient buffers from
+  // `buffers`, which every block of the sequence around it shares.
+  virtual void share_gradient_buffers(const std::shared_ptr<GradientBuffers>& /*buffers*/) {}
 
   // Note [Fused ReLU]: a layer followed by a ReLU may apply it in its own forward, for free;
   // the sequence then gives the ReLU's output the same memory, and the ReLU's backward (which
