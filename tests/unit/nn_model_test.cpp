@@ -20,6 +20,17 @@ std::unique_ptr<Backend> cpu() {
   return make_backend(o);
 }
 
+// The gradient of the summed cross-entropy of logits (N, classes) against labels ys: what a
+// training step hands Model::backward.
+Tensor loss_gradient(Backend& be, const Tensor& logits, const std::vector<int32_t>& ys) {
+  const int n = static_cast<int>(logits.shape()[0]), classes = static_cast<int>(logits.shape()[1]);
+  auto loss = be.softmax_cross_entropy(classes);
+  Tensor dl = Tensor::empty(Shape{n, classes}, DType::kF32);
+  loss->forward(n, logits.data<float>(), ys.data());
+  loss->backward(n, ys.data(), dl.data<float>(), 1.0f);
+  return dl;
+}
+
 // Note [Aligned entries]: each entry starts where the previous one's padding to 64 bytes ends.
 TEST(ModelTest, ArenaIsReverseLayerOrderContiguousAndAligned) {
   auto be = cpu();
@@ -162,12 +173,7 @@ TEST(ModelTest, LenetFusesItsConvolutionsReluPairs) {
   std::vector<int32_t> ys{1, 7, 3};
   auto grads = [&](Backend& be, Model& m) {
     Tensor x = Tensor::wrap(xs.data(), Shape{n, 28, 28, 1}, DType::kF32);
-    const Tensor& logits = m.forward(x, true);
-    auto loss = be.softmax_cross_entropy(10);
-    Tensor dl = Tensor::empty(Shape{n, 10}, DType::kF32);
-    loss->forward(n, logits.data<float>(), ys.data());
-    loss->backward(n, ys.data(), dl.data<float>(), 1.0f);
-    m.backward(dl, false);
+    m.backward(loss_gradient(be, m.forward(x, true), ys), false);
     return std::vector<float>(m.grad_data(), m.grad_data() + m.param_count());
   };
   const auto a = grads(*fused_be, *fused), b = grads(*plain_be, *plain);
@@ -192,15 +198,10 @@ TEST(ModelTest, PooledConvolutionsHoldOnlyThePooledOutput) {
   auto largest_in_step = [&](Backend& be) {
     auto m = make_model("lenet", be, Shape{28, 28, 1}, 10);
     m->init_parameters(4);
-    auto loss = be.softmax_cross_entropy(10);
-    Tensor dl = Tensor::empty(Shape{n, 10}, DType::kF32);
     Tensor x = Tensor::wrap(xs.data(), Shape{n, 28, 28, 1}, DType::kF32);
     reset_host_memory_peak();
     const size_t before = host_memory_stats().in_use;
-    const Tensor& logits = m->forward(x, true);
-    loss->forward(n, logits.data<float>(), ys.data());
-    loss->backward(n, ys.data(), dl.data<float>(), 1.0f);
-    m->backward(dl, false);
+    m->backward(loss_gradient(be, m->forward(x, true), ys), false);
     const HostMemoryStats after = host_memory_stats();
     EXPECT_GT(after.in_use, before);  // the step's activations live on in the model
     return after.largest;
@@ -212,8 +213,8 @@ TEST(ModelTest, PooledConvolutionsHoldOnlyThePooledOutput) {
 
 // Note [Shared gradient buffers]: what resnet20's backward allocates, counted by hand from its
 // shapes per sample: two buffers of the largest activation (32 x 32 x 16) for the model's own
-// layers, two more that all nine blocks' branches share (each held its own two before, 18 in
-// all), and for each of the two projection blocks its output gradient (16 x 16 x 32, 8 x 8 x
+// layers, two more that all nine blocks' branches share (each branch held its own two before,
+// 22 in all), and for each of the two projection blocks its output gradient (16 x 16 x 32, 8 x 8 x
 // 64) and its shortcut's input gradient (32 x 32 x 16, 16 x 16 x 32). Its gradients still
 // match PyTorch's (golden_test) and separate layers' (FusedLayersComputeWhatSeparateLayersCompute).
 TEST(ModelTest, ResidualBlocksShareTheirGradientBuffers) {
@@ -223,12 +224,8 @@ TEST(ModelTest, ResidualBlocksShareTheirGradientBuffers) {
   const int n = 2;
   auto xs = test::random_vector(n * 32 * 32 * 3, 9);
   std::vector<int32_t> ys{4, 8};
-  auto loss = be->softmax_cross_entropy(10);
-  Tensor dl = Tensor::empty(Shape{n, 10}, DType::kF32);
   Tensor x = Tensor::wrap(xs.data(), Shape{n, 32, 32, 3}, DType::kF32);
-  const Tensor& logits = m->forward(x, true);
-  loss->forward(n, logits.data<float>(), ys.data());
-  loss->backward(n, ys.data(), dl.data<float>(), 1.0f);
+  const Tensor dl = loss_gradient(*be, m->forward(x, true), ys);
   const size_t before = host_memory_stats().in_use;
   m->backward(dl, false);
   const int64_t per_sample = 4 * 16384 + (8192 + 4096) + (16384 + 8192);
@@ -310,11 +307,7 @@ TEST(ModelTest, FusedLayersComputeWhatSeparateLayersCompute) {
       Out out;
       const Tensor& logits = m.forward(x, true);
       out.logits.assign(logits.data<float>(), logits.data<float>() + n * 10);
-      auto loss = be.softmax_cross_entropy(10);
-      Tensor dl = Tensor::empty(Shape{n, 10}, DType::kF32);
-      loss->forward(n, logits.data<float>(), ys.data());
-      loss->backward(n, ys.data(), dl.data<float>(), 1.0f);
-      m.backward(dl, false);
+      m.backward(loss_gradient(be, logits, ys), false);
       out.grads.assign(m.grad_data(), m.grad_data() + m.param_count());
       out.buffers.assign(m.buffer_data(), m.buffer_data() + m.buffer_count());
       const Tensor& e = m.forward(x, false);
