@@ -101,10 +101,10 @@ const Tensor& Sequence::run_forward(const Tensor& x, bool training, const Tensor
       acts_[i] = Tensor::wrap(y->raw(), y->shape(), y->dtype(), y->device());
       ProfileScope timed(backend_, layers_[i]->name(), kinds_[i], ProfilePhase::kForward);
       layers_[i]->forward_add_relu(*in, *other, *y, training);
-    } else if (fused_[i]) {  // the previous layer's output is already rectified
-      acts_[i] = Tensor::wrap(in->raw(), in->shape(), in->dtype(), in->device());
     } else if (i >= 1 && pooled_[i - 1]) {
       // Note [Pooled activations]: the ReLU that layer i - 1 applies has no tensor
+    } else if (fused_[i]) {  // the previous layer's output is already rectified
+      acts_[i] = Tensor::wrap(in->raw(), in->shape(), in->dtype(), in->device());
     } else if (i >= 2 && pooled_[i - 2]) {
       // written by layer i - 2
     } else if (pooled_[i]) {  // Note [Pooled activations]: only the pooled output is written

@@ -12,11 +12,11 @@
 
 namespace ddpv {
 
+struct GradientBuffers;  // Note [Shared gradient buffers] (nn/sequence.hpp)
+
 // How a tensor starts (PyTorch's rules): kUniformFanIn is uniform(+-1/sqrt(fan_in)), which is
 // torch's default for conv/linear weights (kaiming-uniform, a = sqrt(5)) and biases;
 // kNormalFanOut is kaiming-normal(mode = fan_out, relu), torchvision's ResNet conv init.
-struct GradientBuffers;  // Note [Shared gradient buffers] (nn/sequence.hpp)
-
 enum class Init : uint8_t { kZeros, kOnes, kUniformFanIn, kNormalFanOut };
 
 // A named tensor of a layer, placed in an arena by the Model.
