@@ -65,6 +65,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Allocator* alloc) {
   void* p = alloc->allocate(bytes);
   t.storage_ = std::shared_ptr<void>(p, [alloc, bytes](void* q) { alloc->deallocate(q, bytes); });
   t.data_ = p;
+  t.capacity_ = bytes;
   return t;
 }
 
@@ -91,7 +92,18 @@ Tensor Tensor::slice(int64_t begin, int64_t end) const {
   const int64_t row = shape_[0] == 0 ? 0 : numel() / shape_[0];
   Tensor t = *this;
   t.shape_ = shape_.with_dim(0, end - begin);
-  t.data_ = static_cast<char*>(data_) + begin * row * static_cast<int64_t>(dtype_size(dtype_));
+  const size_t offset = static_cast<size_t>(begin * row) * dtype_size(dtype_);
+  t.data_ = static_cast<char*>(data_) + offset;
+  t.capacity_ = owns_memory() ? capacity_ - offset : 0;
+  return t;
+}
+
+Tensor Tensor::fit(const Shape& shape) const {
+  const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype_);
+  DDPV_CHECK(bytes <= capacity_, "cannot fit ", shape.str(), " of ", dtype_name(dtype_), " in ",
+             str(), ", whose storage holds ", capacity_, " bytes from its start");
+  Tensor t = *this;
+  t.shape_ = shape;
   return t;
 }
 

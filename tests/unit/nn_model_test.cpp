@@ -211,6 +211,37 @@ TEST(ModelTest, PooledConvolutionsHoldOnlyThePooledOutput) {
   EXPECT_EQ(largest_in_step(*plain_be), 4 * pooled);  // conv1's output, (n, 28, 28, 32)
 }
 
+// Note [Grow-only activations]: after a batch of 5, steps of 3 and 5 allocate nothing but the
+// loss gradient this test makes (the smaller batch takes views of the larger one's storage),
+// and the batch of 3 gets the gradients a fresh model of the same parameters gives it.
+TEST(ModelTest, SmallerBatchReusesTheStorage) {
+  auto be = cpu();
+  auto m = make_model("resnet20", *be, Shape{32, 32, 3}, 10);
+  auto fresh = make_model("resnet20", *be, Shape{32, 32, 3}, 10);
+  m->init_parameters(3);
+  fresh->init_parameters(3);
+  auto xs = test::random_vector(5 * 32 * 32 * 3, 10);
+  std::vector<int32_t> ys{4, 8, 1, 0, 9};
+  auto step = [&](Model& model, int n, bool measure) {
+    Tensor x = Tensor::wrap(xs.data(), Shape{n, 32, 32, 3}, DType::kF32);
+    reset_host_memory_peak();
+    const size_t before = host_memory_stats().in_use;
+    model.backward(loss_gradient(*be, model.forward(x, true), ys), false);
+    if (measure) {
+      EXPECT_EQ(host_memory_stats().largest, size_t(n) * 10 * sizeof(float)) << "batch " << n;
+      EXPECT_EQ(host_memory_stats().in_use, before) << "batch " << n;
+    }
+    return std::vector<float>(model.grad_data(), model.grad_data() + model.param_count());
+  };
+  step(*m, 5, false);
+  const std::vector<float> got = step(*m, 3, true);
+  step(*m, 5, true);
+  const std::vector<float> want = step(*fresh, 3, false);
+  float largest = 0;
+  for (float v : want) largest = std::max(largest, std::abs(v));
+  EXPECT_LE(test::max_rel_error(got, want, largest), 1e-6);
+}
+
 // Note [Shared gradient buffers]: what resnet20's backward allocates, counted by hand from its
 // shapes per sample: two buffers of the largest activation (32 x 32 x 16) for the model's own
 // layers, two more that all nine blocks' branches share (each branch held its own two before,

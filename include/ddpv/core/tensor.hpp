@@ -48,6 +48,9 @@ class Tensor {
   Tensor reshape(const Shape& shape) const;
   // Rows [begin, end) of the outermost dimension, sharing memory.
   Tensor slice(int64_t begin, int64_t end) const;
+  // Same memory from the same start, as `shape` (of this dtype), which may hold fewer or more
+  // elements than this tensor as long as they fit in what its storage holds: capacity().
+  Tensor fit(const Shape& shape) const;
 
   bool defined() const { return data_ != nullptr || shape_.numel() == 0; }
   const Shape& shape() const { return shape_; }
@@ -56,6 +59,8 @@ class Tensor {
   int64_t numel() const { return shape_.numel(); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
   bool owns_memory() const { return storage_ != nullptr; }
+  // Bytes from raw() to the end of the storage this tensor shares (0 for a view by wrap).
+  size_t capacity() const { return capacity_; }
 
   void* raw() const { return data_; }
   template <typename T>
@@ -70,6 +75,7 @@ class Tensor {
  private:
   std::shared_ptr<void> storage_;  // keeps the buffer alive when owning
   void* data_ = nullptr;
+  size_t capacity_ = 0;
   Shape shape_;
   DType dtype_ = DType::kF32;
   Device device_ = Device::kCpu;

@@ -125,8 +125,8 @@ class Layer {
   Backend* backend_ = nullptr;
 };
 
-// Makes `t` an owning tensor of shape `shape` on the backend's device, reallocating only when
-// the shape changed (the batch size of the last step of an epoch may differ).
+// Makes `t` an owning tensor of shape `shape` on the backend's device, allocating only when
+// its storage is too small (Note [Grow-only activations]).
 void ensure_tensor(Tensor& t, const Shape& shape, Backend& backend);
 // (N, per_sample...) as a Shape.
 Shape batch_shape(int64_t n, const Shape& per_sample);
