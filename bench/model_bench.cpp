@@ -4,6 +4,8 @@
 //   model_bench --sgemm-only [--threads 2]     (the peak alone)
 //   --sgd: each step also runs the SGD update (lr 0.01, momentum 0.9) as the trainer does, so
 //   the weights change and per-weight work (Winograd's filter transform) runs every step.
+//   --batch-change N: then also times steps of batch N and of the batch after it, alternated
+//   (an epoch's last, smaller batch and the first of the next: Note [Grow-only activations]).
 #include <dnnl.h>
 #include <omp.h>
 
@@ -54,6 +56,7 @@ int main(int argc, char** argv) {
   double seconds = 3;
   bool sgemm_only = false;  // scripts/bench.sh: only the peak, for the roofline of a DDP run
   bool sgd = false;
+  int change = 0;
   for (int i = 1; i < argc; i += 2) {
     if (!std::strcmp(argv[i], "--sgemm-only")) {
       sgemm_only = true;
@@ -71,6 +74,8 @@ int main(int argc, char** argv) {
       seconds = std::atof(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--sgd"))
       sgd = std::atoi(argv[i + 1]) != 0;
+    else if (!std::strcmp(argv[i], "--batch-change"))
+      change = std::atoi(argv[i + 1]);
     else {
       std::fprintf(stderr, "model_bench: unknown option %s\n", argv[i]);
       return 2;
@@ -98,21 +103,21 @@ int main(int argc, char** argv) {
   SgdConfig sgd_config;
   sgd_config.lr = 0.01f;
   const std::vector<ParamSpan> spans = model->decay_spans();
-  auto step = [&] {
-    const Tensor& logits = model->forward(x, true);
-    loss->forward(batch, logits.data<float>(), y.data<int32_t>());
-    loss->backward(batch, y.data<int32_t>(), dl.data<float>(), 1.0f / batch);
-    model->backward(dl, false);
+  auto step = [&](int n) {
+    const Tensor& logits = model->forward(x.slice(0, n), true);
+    loss->forward(n, logits.data<float>(), y.data<int32_t>());
+    loss->backward(n, y.data<int32_t>(), dl.data<float>(), 1.0f / n);
+    model->backward(dl.slice(0, n), false);
     if (sgd)
       backend->sgd_update(sgd_config, spans, model->param_count(), model->param_data(),
                           model->grad_data(), model->momentum_data());
   };
-  for (int i = 0; i < 3; ++i) step();  // primitives, caches, page faults
+  for (int i = 0; i < 3; ++i) step(batch);  // primitives, caches, page faults
   std::vector<double> times;
   const double end = now() + seconds;
   while (now() < end || times.size() < 5) {
     const double t0 = now();
-    step();
+    step(batch);
     times.push_back(now() - t0);
   }
   std::sort(times.begin(), times.end());
@@ -132,5 +137,20 @@ int main(int argc, char** argv) {
       "GFLOP/s (%d thread%s, best of its runs, measured in this run)\n",
       batch / best * per_image, per_image, 100.0 * batch / best * per_image / peak, peak, threads,
       threads == 1 ? "" : "s");
+  if (change > 0 && change < batch) {
+    const int rounds = 10;
+    double down = 0, up = 0;
+    for (int r = 0; r < rounds; ++r) {
+      double t0 = now();
+      step(change);
+      down += now() - t0;
+      t0 = now();
+      step(batch);
+      up += now() - t0;
+    }
+    std::printf(
+        "batch change: a step of %d after %d %.2f ms, of %d after %d %.2f ms (means of %d)\n",
+        change, batch, down / rounds * 1e3, batch, change, up / rounds * 1e3, rounds);
+  }
   return 0;
 }

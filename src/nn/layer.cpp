@@ -14,10 +14,12 @@ Shape batch_shape(int64_t n, const Shape& per_sample) {
 // reallocate every activation and gradient buffer it met, zero-filled on fresh pages, and the
 // next full batch to reallocate them all again: four times an epoch in `make bench`'s
 // Fashion-MNIST runs, page faults and all. A tensor's storage now only grows: a shape that
-// fits takes a view of the storage from its start. One thread, a step of batch 48 after 64,
-// then 64 after 48, against 9.1 and 73.8 ms a step at 64 throughout (/tmp harness, the build
-// before against this one, two runs each): lenet 14.5 and 32.9 ms -> 7.0 and 9.2, resnet20
-// 102.6 and 137.1 ms -> 55.8 and 70.4; lenet's Fashion-MNIST epochs lose about 60 ms less.
+// fits takes a view of the storage from its start. `model_bench --batch 64 --batch-change 48`
+// (one thread; a step of 48 after 64, then of 64 after 48), the build before against this
+// one, alternated twice: lenet 16.0 / 15.0 and 28.6 / 26.8 ms -> 7.0 / 7.4 and 9.1 / 9.7 (a
+// step of 64 throughout: 9.4-9.9 and 8.8-9.4), resnet20 97.9 / 98.7 and 133.0 / 133.3 ms ->
+// 56.8 / 55.4 and 71.7 / 70.4 (73.8-74.7 and 70.2-70.5): lenet's Fashion-MNIST epochs lose
+// about 50 ms less, resnet20's CIFAR epochs about 200 ms.
 void ensure_tensor(Tensor& t, const Shape& shape, Backend& backend) {
   if (t.owns_memory() && t.shape() == shape) return;
   if (t.owns_memory() && t.dtype() == DType::kF32 &&
