@@ -118,12 +118,8 @@ TEST_P(BatchNormOpTest, FusedReluMatchesSeparateLayers) {
     const size_t total = static_cast<size_t>(n * hw * ch);
     const auto x = random_vector(total, 81), dy = random_vector(total, 82),
                gamma = random_vector(16, 83, 0.5f, 1.5f), beta = random_vector(16, 84, -0.5f, 0.5f);
-    auto lay = [&](const std::vector<float>& v) {
-      return block > 0 ? nhwc_to_blocked(v, n, hw, ch, block) : v;
-    };
-    auto unlay = [&](const std::vector<float>& v) {
-      return block > 0 ? blocked_to_nhwc(v, n, hw, ch, block) : v;
-    };
+    auto lay = [&](const std::vector<float>& v) { return nhwc_to_blocked(v, n, hw, ch, block); };
+    auto unlay = [&](const std::vector<float>& v) { return blocked_to_nhwc(v, n, hw, ch, block); };
     auto op = backend->batchnorm2d(c);
     if (!op->fuse_relu()) GTEST_SKIP() << "this backend's BatchNorm fuses no ReLU";
     DeviceBuffer x_(backend.get(), lay(x)), g_(backend.get(), gamma), b_(backend.get(), beta),

@@ -206,10 +206,10 @@ TEST_P(PoolOpTest, FoldsTheBackwardOfTheReluBeforeIt) {
       auto op = backend->pool2d(c);
       if (!op->fold_relu_backward()) GTEST_SKIP() << "this backend's pooling folds no ReLU";
       auto lay = [&](const std::vector<float>& v, int64_t hw) {
-        return block > 0 ? nhwc_to_blocked(v, n, hw, ch, block) : v;
+        return nhwc_to_blocked(v, n, hw, ch, block);
       };
       auto unlay = [&](const std::vector<float>& v, int64_t hw) {
-        return block > 0 ? blocked_to_nhwc(v, n, hw, ch, block) : v;
+        return blocked_to_nhwc(v, n, hw, ch, block);
       };
       DeviceBuffer x_(backend.get(), lay(x, ihw)), dy_(backend.get(), lay(dy, ohw)),
           y_(backend.get(), want_y.size()), dx_(backend.get(), std::vector<float>(x.size(), 1e30f));

@@ -95,12 +95,8 @@ TEST(BatchNormOpGivenStats, NormalisesWithTheSumsAndDifferentiatesThroughThem) {
     const auto x = random_vector(total, 91, -1.0f, 2.0f), other = random_vector(total, 92),
                dy = random_vector(total, 93), gamma = random_vector(16, 94, 0.5f, 1.5f),
                beta = random_vector(16, 95, -0.5f, 0.5f);
-    auto lay = [&](const std::vector<float>& v) {
-      return block > 0 ? nhwc_to_blocked(v, n, hw, ch, block) : v;
-    };
-    auto unlay = [&](const std::vector<float>& v) {
-      return block > 0 ? blocked_to_nhwc(v, n, hw, ch, block) : v;
-    };
+    auto lay = [&](const std::vector<float>& v) { return nhwc_to_blocked(v, n, hw, ch, block); };
+    auto unlay = [&](const std::vector<float>& v) { return blocked_to_nhwc(v, n, hw, ch, block); };
     auto op = backend->batchnorm2d(c);
     if (relu) {
       ASSERT_TRUE(op->fuse_relu());
@@ -186,12 +182,8 @@ TEST(BatchNormOpGivenStats, AddsTheResidualAndRectifies) {
                gamma = random_vector(16, 103, 0.5f, 1.5f), beta = random_vector(16, 104);
     auto other = random_vector(total, 105);
     other[7] = std::nanf("");
-    auto lay = [&](const std::vector<float>& v) {
-      return block > 0 ? nhwc_to_blocked(v, n, hw, ch, block) : v;
-    };
-    auto unlay = [&](const std::vector<float>& v) {
-      return block > 0 ? blocked_to_nhwc(v, n, hw, ch, block) : v;
-    };
+    auto lay = [&](const std::vector<float>& v) { return nhwc_to_blocked(v, n, hw, ch, block); };
+    auto unlay = [&](const std::vector<float>& v) { return blocked_to_nhwc(v, n, hw, ch, block); };
     auto op = backend->batchnorm2d(c);
     double* sums = op->given_stats();
     op->take_given_stats();
