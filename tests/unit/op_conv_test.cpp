@@ -69,8 +69,9 @@ TEST_P(ConvOpTest, MatchesNaiveLoopAndFiniteDifferences) {
 }
 
 // Note [Blocked activations]: the CPU backend's convolutions in every pair of layouts a network
-// meets (blocked -> blocked, an unblockable stem into blocks and the reverse: Note [Mixed
-// activation layouts]) against the naive NHWC loops, through the test's own layout changes.
+// meets (blocked -> blocked, an unblockable stem into blocks, with stride 2 and with a bias at
+// stride 1 (Note [First convolution from NCHW]), and the reverse: Note [Mixed activation
+// layouts]) against the naive NHWC loops, through the test's own layout changes.
 // These are oneDNN's direct kernels (kAuto would send the 16 -> 16 case to Winograd, whose
 // rounding op_conv_winograd_test bounds).
 TEST(ConvOpBlocked, EveryLayoutPairMatchesTheNaiveLoop) {
@@ -82,7 +83,8 @@ TEST(ConvOpBlocked, EveryLayoutPairMatchesTheNaiveLoop) {
   for (int block : {8, 16}) {
     for (ConvCase cc :
          {ConvCase{2, 16, 16, 6, 5, 3, 1, 1, false}, ConvCase{2, 3, 16, 7, 7, 3, 2, 1, false},
-          ConvCase{1, 16, 3, 5, 6, 1, 1, 0, true}, ConvCase{2, 8, 16, 6, 6, 3, 2, 1, true}}) {
+          ConvCase{2, 3, 32, 8, 9, 3, 1, 1, true}, ConvCase{1, 16, 3, 5, 6, 1, 1, 0, true},
+          ConvCase{2, 8, 16, 6, 6, 3, 2, 1, true}}) {
       Conv2dConfig c = cc.config();
       c.in_block = block_for(c.in_channels, block);
       c.out_block = block_for(c.out_channels, block);

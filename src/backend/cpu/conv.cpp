@@ -3,6 +3,7 @@
 // weights OIHW in the caller's arena, reordered into the layout each primitive prefers (see
 // Note [Conv weight layouts]).
 #include <memory>
+#include <string_view>
 #include <unordered_map>
 
 #include "backend/cpu/cpu_ops.hpp"
@@ -23,6 +24,22 @@ namespace {
 // blocked, feeding 16 blocked ones) runs on the reference kernel, 50x slower. Such a
 // convolution computes NHWC -> NHWC and reorders its blocked side: one pass over one
 // activation per direction, for the one or two layers of a network where it happens.
+//
+// Note [First convolution from NCHW]: oneDNN's jit kernels have one mixed pair of their own,
+// the classic first layer: a planar NCHW source of few channels into blocked outputs, forward
+// and backward-weights. The stem's images arrive NHWC; reordered to NCHW (3 channels: a sixth
+// of the output's floats) they feed that pair, which writes the blocked output and reads the
+// blocked gradient as they are, so neither 16-channel activation is reordered. oneDNN 2.6,
+// resnet20's stem (3 -> 16 channels, 3x3 on 32x32, batch 64, one thread, a harness alternating
+// the two): AVX-512 forward 0.34-0.37 ms against 0.51 for brgconv on NHWC plus 0.10-0.11 for
+// the output's reorder, backward-weights 0.33-0.36 against 0.33-0.34 plus 0.10 for dy's, the
+// input's reorder 0.06 each way; AVX2 (ONEDNN_MAX_CPU_ISA) 0.74 / 0.74 against 0.73 / 0.67
+// plus 0.12 each. In resnet20's step (ddpv-train --synthetic --profile-layers, one thread,
+// alternated with the build before, five pairs): the stem's forward 0.96-1.12 -> 0.46-0.52
+// ms, its backward unchanged (0.62-0.84 -> 0.60-0.72); the two 4 MiB NHWC copies are gone
+// (max RSS of 20 steps 201.6 -> 194.1 MB). Where the pair is not there (a reference kernel
+// would run) the convolution stays NHWC -> NHWC as above. Backward-data, which a first layer
+// never runs and which has no planar kernel, stays NHWC -> NHWC with its own reorder of dy.
 
 // A caller-owned tensor as one primitive sees it, in the layout it prefers: load() brings the
 // caller's values in, store() takes the primitive's result out (no-ops when the layouts agree).
@@ -58,13 +75,23 @@ struct ConvPlan {
   dnnl::convolution_backward_data bwd_data;
   dnnl::convolution_backward_weights bwd_weights;
   Relayout x, y, dy, dx;  // activations (Note [Mixed activation layouts])
-  Mem b;                  // caller memory, bound per call
+  // Note [First convolution from NCHW]: backward-data's own dy where its layout is not dy's,
+  // built on its first use (a first layer never has one).
+  Relayout dy_data;
+  Mem::desc dy_data_md;
+  bool dy_data_own = false, dy_data_built = false;
+  Mem b;  // caller memory, bound per call
   Relayout w_fwd, w_bwd;
   Mem dw_user, dw_prim, db_prim;
   dnnl::reorder dw_store, dw_add;  // dw_prim -> caller's OIHW, overwriting / accumulating
   Scratchpad scratch;
   std::unordered_map<int, Mem> fwd_args, bwd_data_args, bwd_weights_args;
 };
+
+// Whether oneDNN put a primitive on one of its reference (plain C++) kernels.
+bool is_reference(const dnnl::primitive_desc_base& pd) {
+  return std::string_view(pd.impl_info_str()).starts_with("ref");
+}
 
 void check_config(const Conv2dConfig& c) {
   DDPV_CHECK(c.in_channels > 0 && c.out_channels > 0 && c.in_h > 0 && c.in_w > 0 && c.kernel > 0 &&
@@ -108,6 +135,14 @@ class CpuConv2d final : public Conv2dOp {
     DDPV_DNNL_CHECK("conv2d backward", {
       p.dy.load(ctx_, dy);
       if (dx != nullptr) {
+        if (p.dy_data_own) {
+          if (!p.dy_data_built) {
+            p.dy_data = Relayout(p.dy.user.get_desc(), p.dy_data_md, ctx_.engine);
+            p.bwd_data_args[DNNL_ARG_DIFF_DST] = p.dy_data.prim;
+            p.dy_data_built = true;
+          }
+          p.dy_data.load(ctx_, dy);
+        }
         p.w_bwd.load(ctx_, w);
         bind(p.dx.user, dx);
         p.bwd_data.execute(ctx_.stream, p.bwd_data_args);
@@ -146,12 +181,11 @@ class CpuConv2d final : public Conv2dOp {
     const Mem::dims w_dims{c.out_channels, c.in_channels, c.kernel, c.kernel};
     const Mem::dims b_dims{c.out_channels};
     const Mem::dims strides{c.stride, c.stride}, pad{c.padding, c.padding};
-    // The caller's layouts, and the primitives' (Note [Mixed activation layouts]).
+    // The caller's layouts, and the primitives' (Notes [Mixed activation layouts] and [First
+    // convolution from NCHW]).
     const auto x_user = activation_desc(x_dims, c.in_block);
     const auto y_user = activation_desc(y_dims, c.out_block);
     const bool mixed = c.in_block != c.out_block;
-    const auto x_md = mixed ? activation_desc(x_dims, 0) : x_user;
-    const auto y_md = mixed ? activation_desc(y_dims, 0) : y_user;
     const auto w_user_md = f32_desc(w_dims, Tag::oihw), b_md = f32_desc(b_dims, Tag::x);
     const auto w_any = f32_desc(w_dims, Tag::any);
     const auto alg = dnnl::algorithm::convolution_direct;
@@ -160,17 +194,49 @@ class CpuConv2d final : public Conv2dOp {
     using Fwd = dnnl::convolution_forward;
     using BwdData = dnnl::convolution_backward_data;
     using BwdWeights = dnnl::convolution_backward_weights;
-    const auto fwd_desc = c.bias ? Fwd::desc(dnnl::prop_kind::forward_training, alg, x_md, w_any,
-                                             b_md, y_md, strides, pad, pad)
-                                 : Fwd::desc(dnnl::prop_kind::forward_training, alg, x_md, w_any,
-                                             y_md, strides, pad, pad);
-    const Fwd::primitive_desc fwd_pd(fwd_desc, attr, eng);
+    const auto fwd_pd_of = [&](const Mem::desc& x_md, const Mem::desc& y_md) {
+      return Fwd::primitive_desc(c.bias ? Fwd::desc(dnnl::prop_kind::forward_training, alg, x_md,
+                                                    w_any, b_md, y_md, strides, pad, pad)
+                                        : Fwd::desc(dnnl::prop_kind::forward_training, alg, x_md,
+                                                    w_any, y_md, strides, pad, pad),
+                                 attr, eng);
+    };
+    const auto bwd_w_pd_of = [&](const Mem::desc& x_md, const Mem::desc& y_md,
+                                 const Fwd::primitive_desc& hint) {
+      return BwdWeights::primitive_desc(
+          c.bias ? BwdWeights::desc(alg, x_md, w_any, b_md, y_md, strides, pad, pad)
+                 : BwdWeights::desc(alg, x_md, w_any, y_md, strides, pad, pad),
+          attr, eng, hint);
+    };
+    Mem::desc x_md = x_user, y_md = y_user;
+    Fwd::primitive_desc fwd_pd;
+    BwdWeights::primitive_desc bwd_w_pd;
+    bool planar = mixed && c.in_block == 0;  // Note [First convolution from NCHW]
+    if (planar) {
+      x_md = f32_desc(x_dims, Tag::nchw);
+      try {
+        fwd_pd = fwd_pd_of(x_md, y_md);
+        bwd_w_pd = bwd_w_pd_of(x_md, y_md, fwd_pd);
+        planar = !is_reference(fwd_pd) && !is_reference(bwd_w_pd);
+      } catch (const dnnl::error&) {
+        planar = false;  // no implementation at all: NHWC -> NHWC below
+      }
+    }
+    if (!planar) {
+      if (mixed) {  // Note [Mixed activation layouts]
+        x_md = activation_desc(x_dims, 0);
+        y_md = activation_desc(y_dims, 0);
+      }
+      fwd_pd = fwd_pd_of(x_md, y_md);
+      bwd_w_pd = bwd_w_pd_of(x_md, y_md, fwd_pd);
+    }
+    // Backward-data has no planar kernel of its own: where forward is planar, it runs NHWC ->
+    // NHWC (Note [First convolution from NCHW]).
+    const auto data_x_md = planar ? activation_desc(x_dims, 0) : x_md;
+    const auto data_y_md = planar ? activation_desc(y_dims, 0) : y_md;
     const BwdData::primitive_desc bwd_data_pd(
-        BwdData::desc(alg, x_md, w_any, y_md, strides, pad, pad), attr, eng, fwd_pd);
-    const auto bwd_w_desc = c.bias
-                                ? BwdWeights::desc(alg, x_md, w_any, b_md, y_md, strides, pad, pad)
-                                : BwdWeights::desc(alg, x_md, w_any, y_md, strides, pad, pad);
-    const BwdWeights::primitive_desc bwd_w_pd(bwd_w_desc, attr, eng, fwd_pd);
+        BwdData::desc(alg, data_x_md, w_any, data_y_md, strides, pad, pad), attr, eng,
+        planar ? fwd_pd_of(data_x_md, data_y_md) : fwd_pd);
 
     p.fwd = Fwd(fwd_pd);
     p.bwd_data = BwdData(bwd_data_pd);
@@ -183,7 +249,9 @@ class CpuConv2d final : public Conv2dOp {
     p.x = Relayout(x_user, x_md, eng);
     p.y = Relayout(y_user, y_md, eng);
     p.dy = Relayout(y_user, y_md, eng);
-    p.dx = Relayout(x_user, x_md, eng);
+    p.dy_data_own = planar;
+    p.dy_data_md = data_y_md;
+    p.dx = Relayout(x_user, data_x_md, eng);
     p.b = user_memory(b_md, eng);
     p.w_fwd = Relayout(w_user_md, fwd_pd.weights_desc(), eng);
     p.w_bwd = Relayout(w_user_md, bwd_data_pd.weights_desc(), eng);
@@ -203,7 +271,7 @@ class CpuConv2d final : public Conv2dOp {
                   {DNNL_ARG_DST, p.y.prim},
                   {DNNL_ARG_SCRATCHPAD, p.scratch.view(fwd_pd, eng)}};
     if (c.bias) p.fwd_args.emplace(DNNL_ARG_BIAS, p.b);
-    p.bwd_data_args = {{DNNL_ARG_DIFF_DST, p.dy.prim},
+    p.bwd_data_args = {{DNNL_ARG_DIFF_DST, p.dy.prim},  // p.dy_data's where it has its own
                        {DNNL_ARG_WEIGHTS, p.w_bwd.prim},
                        {DNNL_ARG_DIFF_SRC, p.dx.prim},
                        {DNNL_ARG_SCRATCHPAD, p.scratch.view(bwd_data_pd, eng)}};
