@@ -3,6 +3,7 @@
 // weights OIHW in the caller's arena, reordered into the layout each primitive prefers (see
 // Note [Conv weight layouts]).
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <unordered_map>
 
@@ -77,9 +78,9 @@ struct ConvPlan {
   Relayout x, y, dy, dx;  // activations (Note [Mixed activation layouts])
   // Note [First convolution from NCHW]: backward-data's own dy where its layout is not dy's,
   // built on its first use (a first layer never has one).
-  Relayout dy_data;
+  bool dy_data_own = false;
   Mem::desc dy_data_md;
-  bool dy_data_own = false, dy_data_built = false;
+  std::optional<Relayout> dy_data;
   Mem b;  // caller memory, bound per call
   Relayout w_fwd, w_bwd;
   Mem dw_user, dw_prim, db_prim;
@@ -136,12 +137,11 @@ class CpuConv2d final : public Conv2dOp {
       p.dy.load(ctx_, dy);
       if (dx != nullptr) {
         if (p.dy_data_own) {
-          if (!p.dy_data_built) {
-            p.dy_data = Relayout(p.dy.user.get_desc(), p.dy_data_md, ctx_.engine);
-            p.bwd_data_args[DNNL_ARG_DIFF_DST] = p.dy_data.prim;
-            p.dy_data_built = true;
+          if (!p.dy_data) {
+            p.dy_data.emplace(p.dy.user.get_desc(), p.dy_data_md, ctx_.engine);
+            p.bwd_data_args[DNNL_ARG_DIFF_DST] = p.dy_data->prim;
           }
-          p.dy_data.load(ctx_, dy);
+          p.dy_data->load(ctx_, dy);
         }
         p.w_bwd.load(ctx_, w);
         bind(p.dx.user, dx);
