@@ -38,8 +38,11 @@ namespace {
 // plus 0.12 each. In resnet20's step (ddpv-train --synthetic --profile-layers, one thread,
 // alternated with the build before, five pairs): the stem's forward 0.96-1.12 -> 0.46-0.52
 // ms, its backward unchanged (0.62-0.84 -> 0.60-0.72); the two 4 MiB NHWC copies are gone
-// (max RSS of 20 steps 201.6 -> 194.1 MB). Where the pair is not there (a reference kernel
-// would run) the convolution stays NHWC -> NHWC as above. Backward-data, which a first layer
+// (max RSS of 20 steps 201.6 -> 194.1 MB). The ImageNet stem (3 -> 64, 7x7 stride 2 on
+// 224x224, batch 8, two threads, the harness): forward 5.4 ms against 4.8 + 1.8 for the
+// reorder, backward-weights 6.4 against 7.5 + 1.8, the images' reorders 0.2 each: 12.2 ms a
+// step against 16.0. Where the pair is not there (a reference kernel would run) the
+// convolution stays NHWC -> NHWC as above. Backward-data, which a first layer
 // never runs and which has no planar kernel, stays NHWC -> NHWC with its own reorder of dy.
 
 // A caller-owned tensor as one primitive sees it, in the layout it prefers: load() brings the
