@@ -27,6 +27,17 @@ TARGET_ACC = 0.91
 DOC_START = "<!-- bench:table:start (scripts/bench.sh UPDATE_DOCS=1 writes this part) -->"
 DOC_END = "<!-- bench:table:end -->"
 
+# Note [The synchronous ceiling]: the ceiling row adds the images/s of two independent 1-rank
+# runs started together. On this project's VM the two often get unequal shares of the cores
+# (the pair's two runs differed by up to 9% in the rounds of the run below, and by 33% in
+# a pair run by hand the same evening, 6136 against 4606 lenet images/s; /proc/stat shows
+# no steal time), and a
+# synchronous trainer cannot use the faster share: every step each rank waits for the other at
+# the gradient exchange, so two ranks run at about twice the slower process's pace. "2 x the
+# slower run" is that bound, measured on the same pair; the scaling target is still judged on
+# the plain 1 -> 2 ratio. Measured 2026-12-04 (22:49 `make bench`): resnet20's 2-rank rounds
+# reached 99-102% of it and 95-98% of the sum.
+
 
 def ours_images_per_s(path, middle_half=False):
     """images/s over the timed steps: every step record after the first (the warm-up stretch).
@@ -92,16 +103,19 @@ def collect(raw):
                 for f, v in p["formats"].items():
                     fmts.setdefault(f, []).append(v["images_per_s"])
             res["torch_fmt"][(m, w)] = fmts
-    # By round: the two independent runs' images/s added (rounds where both ran).
-    res["pair"] = {}
+    # By round: the two independent runs' images/s added (rounds where both ran), and twice the
+    # slower one's (Note [The synchronous ceiling]).
+    res["pair"], res["pair_sync"] = {}, {}
     for m in ("lenet", "resnet20"):
-        sums = {}
+        sums, syncs = {}, {}
         for a in glob.glob(f"{raw}/ours-{m}-pair-r*-a.jsonl"):
             b = a[:-len("a.jsonl")] + "b.jsonl"
             if os.path.exists(b):
-                sums[round_of(a)] = (ours_images_per_s(a, middle_half=True) +
-                                     ours_images_per_s(b, middle_half=True))
-        res["pair"][m] = sums
+                each = (ours_images_per_s(a, middle_half=True),
+                        ours_images_per_s(b, middle_half=True))
+                sums[round_of(a)] = sum(each)
+                syncs[round_of(a)] = 2 * min(each)
+        res["pair"][m], res["pair_sync"][m] = sums, syncs
     blas = {json.load(open(p)).get("blas", "unknown") for p in glob.glob(f"{raw}/torch-*.json")}
     res["blas"] = ", ".join(sorted(blas))
     res["sgemm1"] = [sgemm(p) for p in sorted(glob.glob(f"{raw}/sgemm-t1-r*.log"))]
@@ -179,17 +193,22 @@ def build_table(res, meta):
                                                 ratio_x),
                      f"{so / st:.2f}x",
                      ">= 1.95x (ours)", "yes" if so >= 1.95 else "no"])
-        ceiling = None
+        ceiling = sync = None
         if res["pair"][m]:  # what the machine allows two processes that never communicate
-            pairs, one, two = res["pair"][m], res["ours"][(m, 1)], res["ours"][(m, 2)]
-            pair = median_over_rounds(pairs)
-            ceiling = pair / median_over_rounds(one)
-            share = 100 * median_over_rounds(two) / pair
-            shares = rounds_text(two, pairs, percent, "; rounds ", "")
-            rows.append([f"{m} ceiling: two independent 1-rank runs at once / 1 rank",
-                         f"{ceiling:.2f}x{rounds_text(pairs, one, ratio_x)} (2 ranks reach "
-                         f"{share:.0f}% of the pair{shares})", "", "", "", ""])
-        chart["scaling"].append((m, so, st, ceiling))
+            one, two = res["ours"][(m, 1)], res["ours"][(m, 2)]
+            for name, pairs, of in (
+                    (f"{m} ceiling: two independent 1-rank runs at once / 1 rank",
+                     res["pair"][m], "the pair"),
+                    (f"{m} synchronous ceiling: 2 x the slower of those two runs / 1 rank",
+                     res["pair_sync"][m], "it")):
+                pair = median_over_rounds(pairs)
+                value = pair / median_over_rounds(one)
+                share = 100 * median_over_rounds(two) / pair
+                shares = rounds_text(two, pairs, percent, "; rounds ", "")
+                rows.append([name, f"{value:.2f}x{rounds_text(pairs, one, ratio_x)} (2 ranks "
+                             f"reach {share:.0f}% of {of}{shares})", "", "", "", ""])
+                ceiling, sync = (value, None) if ceiling is None else (ceiling, value)
+        chart["scaling"].append((m, so, st, ceiling, sync))
     peak1 = statistics.median(res["sgemm1"])
     peak = 2 * peak1
     g = GFLOP_PER_IMAGE["resnet20"]
@@ -266,7 +285,12 @@ def markdown(rows, res, peak1, peak, ours_tta, theirs_tta, meta):
         out.append("Ceiling rows: two 1-rank runs of ours started together, which never "
                    "communicate; the middle half of each one's timed steps, their images/s "
                    "added (median over rounds), over the 1-rank median: what this machine "
-                   "gives two processes at once, the reference for the scaling rows.\n")
+                   "gives two processes at once, the reference for the scaling rows. "
+                   "Synchronous ceiling rows: twice the slower of the two instead of their sum; "
+                   "a trainer whose ranks wait for each other every step runs at the pace of "
+                   "the slower rank, so where the machine gives two processes unequal shares of "
+                   "its cores this is the most that synchronous data parallelism (ours or "
+                   "PyTorch's) can reach on it.\n")
     out.append("PyTorch by memory format (images/s, median):\n")
     out.append("| configuration | NCHW | channels_last |")
     out.append("|---|---|---|")
@@ -322,12 +346,16 @@ def chart_png(chart, path, title):
     b.set_xticks(list(xs), [t[0] for t in tp])
     b.set_ylabel("ours / PyTorch (red: target)")
     sc = chart["scaling"]
-    for x, (m, so, st, ceiling) in enumerate(sc):
-        bars = [(-0.27, so, "ddpvision", ours_col), (0, st, "PyTorch DDP", torch_col)]
+    for x, (m, so, st, ceiling, sync) in enumerate(sc):
+        bars = [(so, "ddpvision", ours_col), (st, "PyTorch DDP", torch_col)]
         if ceiling is not None:
-            bars.append((0.27, ceiling, "two 1-rank runs at once (ceiling)", "tab:gray"))
-        for shift, v, label, col in bars:
-            c.bar_label(c.bar(x + shift, v, 0.27, color=col, label=label if x == 0 else None),
+            bars.append((ceiling, "two 1-rank runs at once (ceiling)", "tab:gray"))
+        if sync is not None:
+            bars.append((sync, "2 x the slower of them (synchronous ceiling)", "silver"))
+        width = 0.8 / len(bars)
+        for i, (v, label, col) in enumerate(bars):
+            shift = (i - (len(bars) - 1) / 2) * width
+            c.bar_label(c.bar(x + shift, v, width, color=col, label=label if x == 0 else None),
                         fmt="%.2fx", fontsize=8)
     c.axhline(1.95, color="red", lw=2, label="target 1.95x (ours)")
     c.set_xticks(range(len(sc)), [f"{s[0]}, 1 -> 2 ranks" for s in sc])
