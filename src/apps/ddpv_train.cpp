@@ -1,9 +1,11 @@
 // ddpv-train: data-parallel training of a CNN classifier across MPI ranks.
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <utility>
 
 #include "ddpv/backend/backend.hpp"
 #include "ddpv/dist/world.hpp"
@@ -87,6 +89,33 @@ int print_usage_error(const std::string& what) {
   return 2;
 }
 
+// Note [Rank times]: one line of the ranks' spread, and a warning naming a straggler.
+void print_rank_times(const ddpv::TrainSummary& s) {
+  const ddpv::RankSpread r = ddpv::rank_spread(s.ranks);
+  auto range = [&](double ddpv::RankTimes::*field) {
+    double lo = s.ranks[0].*field, hi = lo;
+    for (const ddpv::RankTimes& t : s.ranks) {
+      lo = std::min(lo, t.*field);
+      hi = std::max(hi, t.*field);
+    }
+    return std::pair{lo, hi};
+  };
+  const auto [comm_lo, comm_hi] = range(&ddpv::RankTimes::comm_wait_s);
+  const auto [data_lo, data_hi] = range(&ddpv::RankTimes::data_wait_s);
+  std::printf(
+      "ranks: busy %.2f-%.2f s (median %.2f); the busiest, rank %d on %s, %.1f%% above "
+      "the others' median; comm wait %.2f-%.2f s, data wait %.2f-%.2f s\n",
+      r.min_s, r.max_s, r.median_s, r.busiest, s.busiest_host.c_str(), 100 * r.above_others,
+      comm_lo, comm_hi, data_lo, data_hi);
+  if (s.straggler) {
+    std::fprintf(stderr,
+                 "%s: warning: rank %d on %s was busy %.0f%% longer than the other ranks' "
+                 "median, and every step they waited for it: a slower, throttled or shared "
+                 "node?\n",
+                 kProgram, r.busiest, s.busiest_host.c_str(), 100 * r.above_others);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -143,6 +172,7 @@ int main(int argc, char** argv) {
                   ddpv::format_duration(s.elapsed_s).c_str(), s.val_acc, s.val_loss,
                   s.images_per_s, s.world_size, s.world_size == 1 ? "" : "s", static_cast<long long>(o.batch_size),
                   s.comm_wait_s, s.data_wait_s);
+      if (s.ranks.size() > 1) print_rank_times(s);
       if (!s.last_checkpoint.empty()) std::printf("checkpoint: %s\n", s.last_checkpoint.c_str());
       if (!o.metrics.empty()) std::printf("metrics: %s\n", o.metrics.c_str());
       if (s.stopped_by_signal) {

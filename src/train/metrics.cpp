@@ -63,17 +63,22 @@ JsonRecord& JsonRecord::add(const std::string& key, const char* value) {
   return add(key, std::string(value ? value : ""));
 }
 
-JsonRecord& JsonRecord::add(const std::string& key, double value) {
+namespace {
+
+std::string json_number(double value) {
   // JSON has no NaN or Infinity; null keeps the line parseable and says "no value".
-  if (!std::isfinite(value)) {
-    fields_.emplace_back(key, "null");
-    return *this;
-  }
+  if (!std::isfinite(value)) return "null";
   // 9 significant digits round-trip every float and keep lines short; %g never prints a bare
   // "inf" or a trailing "." here, so the result is always a valid JSON number.
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.9g", value);
-  fields_.emplace_back(key, buf);
+  return buf;
+}
+
+}  // namespace
+
+JsonRecord& JsonRecord::add(const std::string& key, double value) {
+  fields_.emplace_back(key, json_number(value));
   return *this;
 }
 
@@ -86,6 +91,17 @@ JsonRecord& JsonRecord::add(const std::string& key, int64_t value) {
 
 JsonRecord& JsonRecord::add(const std::string& key, bool value) {
   fields_.emplace_back(key, value ? "true" : "false");
+  return *this;
+}
+
+JsonRecord& JsonRecord::add(const std::string& key, const std::vector<double>& values) {
+  std::string encoded = "[";
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i > 0) encoded += ", ";
+    encoded += json_number(values[i]);
+  }
+  encoded += ']';
+  fields_.emplace_back(key, std::move(encoded));
   return *this;
 }
 

@@ -54,6 +54,7 @@ struct Trainer::Impl {
   void log_step(double lr, double step_loss, double step_acc);
   void log_epoch(double val_loss, double val_acc);
   TrainSummary finish();
+  void pool_rank_times(TrainSummary& s) const;  // Note [Rank times]
 
   TrainOptions o;
   World& world;

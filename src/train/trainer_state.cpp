@@ -1,4 +1,5 @@
 // The trainer's evaluation, checkpoints, resume, and what it reports (lines, metrics, summary).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -139,6 +140,54 @@ void Trainer::Impl::log_epoch(double val_loss, double val_acc) {
                     .add("elapsed_s", elapsed));
 }
 
+RankSpread rank_spread(const std::vector<RankTimes>& ranks) {
+  RankSpread s;
+  if (ranks.empty()) return s;
+  auto median = [](std::vector<double> v) {  // of a sorted copy; v is not empty
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  };
+  std::vector<double> busy;
+  busy.reserve(ranks.size());
+  for (const RankTimes& r : ranks) busy.push_back(r.busy_s);
+  const auto most = std::max_element(busy.begin(), busy.end());
+  s.busiest = static_cast<int>(most - busy.begin());
+  s.max_s = *most;
+  s.min_s = *std::min_element(busy.begin(), busy.end());
+  s.median_s = median(busy);
+  busy.erase(most);
+  const double others = busy.empty() ? 0.0 : median(busy);
+  s.above_others = others > 0 ? (s.max_s - others) / others : 0.0;
+  return s;
+}
+
+// Note [Rank times]: every rank's three figures, pooled by one allreduce (each rank fills its
+// own row), and the busiest rank's host, broadcast by it. The busiest is called a straggler
+// when it worked a tenth longer than the others' median or more, over a run long enough that
+// start-up (the first steps build every primitive and touch fresh memory) does not decide it.
+constexpr double kStragglerShare = 0.10;
+constexpr int64_t kStragglerMinSteps = 50;
+
+void Trainer::Impl::pool_rank_times(TrainSummary& s) const {
+  const int n = world.size(), me = world.rank();
+  std::vector<double> rows(static_cast<size_t>(3 * n), 0.0);
+  rows[3 * me] = std::max(train_seconds - comm_wait - data_wait, 0.0);
+  rows[3 * me + 1] = comm_wait;
+  rows[3 * me + 2] = data_wait;
+  world.allreduce_sum(rows.data(), 3 * n);
+  s.ranks.resize(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) s.ranks[r] = {rows[3 * r], rows[3 * r + 1], rows[3 * r + 2]};
+  const RankSpread spread = rank_spread(s.ranks);
+  const int busiest = spread.busiest;
+  s.straggler =
+      spread.above_others >= kStragglerShare && step - run_start_step >= kStragglerMinSteps;
+  char host[256] = {};
+  if (me == busiest) world.host().copy(host, sizeof(host) - 1);
+  world.broadcast_bytes(host, sizeof(host), busiest);
+  s.busiest_host = host;
+}
+
 TrainSummary Trainer::Impl::finish() {
   TrainSummary s;
   s.steps = step;
@@ -162,31 +211,47 @@ TrainSummary Trainer::Impl::finish() {
   s.stopped_by_signal = stop_signal != 0;
   s.stop_signal = stop_signal;
   s.last_checkpoint = last_checkpoint;
+  if (backend->device() == Device::kCpu) pool_rank_times(s);  // Note [Rank times]
   // The most host memory this rank's tensors held at once: parameters, gradients, optimizer
   // state, activations and batches (the CUDA backend's device memory is not counted here).
   const double host_peak_mib = double(host_memory_stats().peak) / (1 << 20);
   if (world.is_root())
     DDPV_DEBUG("host tensors: peak ", std::round(host_peak_mib * 10) / 10, " MiB on rank 0");
-  metrics.write(JsonRecord()
-                    .add("event", "summary")
-                    .add("model", o.model)
-                    .add("images_per_s", s.images_per_s)
-                    .add("images_per_s_all", all_rate)
-                    .add("val_acc", s.val_acc)
-                    .add("val_loss", s.val_loss)
-                    .add("train_loss", s.train_loss)
-                    .add("train_acc", s.train_acc)
-                    .add("steps", s.steps)
-                    .add("epochs", s.epochs)
-                    .add("elapsed_s", s.elapsed_s)
-                    .add("train_s", train_seconds)
-                    .add("world_size", s.world_size)
-                    .add("global_batch", s.global_batch)
-                    .add("comm_wait_s", s.comm_wait_s)
-                    .add("data_wait_s", s.data_wait_s)
-                    .add("host_tensor_peak_mib", host_peak_mib)
-                    .add("stopped_by_signal", s.stopped_by_signal)
-                    .add("checkpoint", s.last_checkpoint));
+  JsonRecord record;
+  record.add("event", "summary")
+      .add("model", o.model)
+      .add("images_per_s", s.images_per_s)
+      .add("images_per_s_all", all_rate)
+      .add("val_acc", s.val_acc)
+      .add("val_loss", s.val_loss)
+      .add("train_loss", s.train_loss)
+      .add("train_acc", s.train_acc)
+      .add("steps", s.steps)
+      .add("epochs", s.epochs)
+      .add("elapsed_s", s.elapsed_s)
+      .add("train_s", train_seconds)
+      .add("world_size", s.world_size)
+      .add("global_batch", s.global_batch)
+      .add("comm_wait_s", s.comm_wait_s)
+      .add("data_wait_s", s.data_wait_s)
+      .add("host_tensor_peak_mib", host_peak_mib)
+      .add("stopped_by_signal", s.stopped_by_signal)
+      .add("checkpoint", s.last_checkpoint);
+  if (!s.ranks.empty()) {  // Note [Rank times]
+    std::vector<double> busy, comm, data;
+    for (const RankTimes& r : s.ranks) {
+      busy.push_back(r.busy_s);
+      comm.push_back(r.comm_wait_s);
+      data.push_back(r.data_wait_s);
+    }
+    record.add("rank_busy_s", busy)
+        .add("rank_comm_wait_s", comm)
+        .add("rank_data_wait_s", data)
+        .add("busiest_rank", rank_spread(s.ranks).busiest)
+        .add("busiest_host", s.busiest_host)
+        .add("straggler", s.straggler);
+  }
+  metrics.write(record);
   return s;
 }
 

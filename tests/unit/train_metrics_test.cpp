@@ -54,6 +54,14 @@ TEST(JsonRecord, EncodesEachTypeExactly) {
   EXPECT_EQ(JsonRecord().str(), "{}");
 }
 
+TEST(JsonRecord, EncodesArraysOfNumbers) {
+  JsonRecord r;
+  r.add("busy", std::vector<double>{1.5, 0.25, 3.0})
+      .add("none", std::vector<double>{})
+      .add("odd", std::vector<double>{std::numeric_limits<double>::quiet_NaN(), -2e-10});
+  EXPECT_EQ(r.str(), "{\"busy\": [1.5, 0.25, 3], \"none\": [], \"odd\": [null, -2e-10]}");
+}
+
 TEST(JsonRecord, NineSignificantDigitsRoundTripFloats) {
   for (float f : {0.1f, 1.0f / 3.0f, 2.3025851f, 123456.789f, 1e-30f, 3.4e38f}) {
     JsonRecord r;

@@ -20,6 +20,7 @@ class JsonRecord {
   JsonRecord& add(const std::string& key, int64_t value);
   JsonRecord& add(const std::string& key, int value) { return add(key, int64_t{value}); }
   JsonRecord& add(const std::string& key, bool value);
+  JsonRecord& add(const std::string& key, const std::vector<double>& values);  // a JSON array
   std::string str() const;  // {"event": "step", "loss": 0.25, "step": 10}
 
  private:

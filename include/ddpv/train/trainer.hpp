@@ -5,12 +5,37 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "ddpv/train/options.hpp"
 
 namespace ddpv {
 
 class World;
+
+// Note [Rank times]: in synchronous data parallelism every rank waits at each step's gradient
+// exchange for the slowest, so one slow rank (a busy or throttled node, a core shared with
+// another job) sets the pace of the whole job, and the others' time shows up as waiting. Each
+// rank times the part of its training loop it spent waiting for its peers' gradients (the
+// allreduce's wait, or the shared update's barriers and claims) and for its loader; the rest
+// is its own work ("busy"). At the end the ranks pool these, and rank 0 reports the spread
+// and the busiest rank with its host: the straggler, when there is one. CPU backend only: on
+// a GPU the host's timers see launches, and the device's work lands in the waits.
+struct RankTimes {
+  double busy_s = 0;       // time in the training loop not spent waiting for peers or data
+  double comm_wait_s = 0;  // waiting for the other ranks' gradients
+  double data_wait_s = 0;  // waiting for the loader
+};
+
+// Where the ranks' busy times lie: the least, the median, the most, and which rank had the
+// most (the lowest such rank); above_others is how much longer it was busy than the median of
+// the other ranks, as a share of that median (0 for one rank, or when that median is 0).
+struct RankSpread {
+  double min_s = 0, median_s = 0, max_s = 0;
+  int busiest = 0;
+  double above_others = 0;
+};
+RankSpread rank_spread(const std::vector<RankTimes>& ranks);
 
 struct TrainSummary {
   int64_t steps = 0;          // optimizer steps since the start of training (resumes included)
@@ -27,6 +52,9 @@ struct TrainSummary {
   bool stopped_by_signal = false;
   int stop_signal = 0;
   std::string last_checkpoint;  // "" when none was written
+  std::vector<RankTimes> ranks;  // by rank (Note [Rank times]); empty on the CUDA backend
+  std::string busiest_host;      // the host of rank_spread(ranks).busiest
+  bool straggler = false;        // the busiest rank held the others back (Note [Rank times])
 };
 
 // Thrown on every rank at once when the loss becomes NaN or Inf (the ranks agree on it in the
