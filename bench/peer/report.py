@@ -52,6 +52,20 @@ def ours_images_per_s(path, middle_half=False):
     return len(rates) / sum(1.0 / x for x in rates)
 
 
+def busiest_above_others(path):
+    """How much longer the busiest rank of a run worked than the median of the others, from
+    its summary's rank_busy_s (Note [Rank times] in ddpv-train), or None when it has none."""
+    summary = [r for r in read_jsonl(path) if r.get("event") == "summary"]
+    busy = summary[-1].get("rank_busy_s") if summary else None
+    if not busy or len(busy) < 2:
+        return None
+    most = max(busy)
+    others = sorted(busy)[:-1]
+    mid = len(others) // 2
+    median = others[mid] if len(others) % 2 else (others[mid - 1] + others[mid]) / 2
+    return (most - median) / median if median > 0 else None
+
+
 def read_jsonl(path):
     out = []
     with open(path) as f:
@@ -105,6 +119,12 @@ def collect(raw):
             res["torch_fmt"][(m, w)] = fmts
     # By round: the two independent runs' images/s added (rounds where both ran), and twice the
     # slower one's (Note [The synchronous ceiling]).
+    # By round: the 2-rank runs' busiest rank over the other (runs whose summary has it).
+    res["busy_gap"] = {}
+    for m in ("lenet", "resnet20"):
+        gaps = {round_of(p): busiest_above_others(p)
+                for p in glob.glob(f"{raw}/ours-{m}-w2-r*.jsonl")}
+        res["busy_gap"][m] = {r: g for r, g in gaps.items() if g is not None}
     res["pair"], res["pair_sync"] = {}, {}
     for m in ("lenet", "resnet20"):
         sums, syncs = {}, {}
@@ -208,6 +228,13 @@ def build_table(res, meta):
                 rows.append([name, f"{value:.2f}x{rounds_text(pairs, one, ratio_x)} (2 ranks "
                              f"reach {share:.0f}% of {of}{shares})", "", "", "", ""])
                 ceiling, sync = (value, None) if ceiling is None else (ceiling, value)
+        gaps = res["busy_gap"][m]
+        if gaps:  # the same asymmetry inside the 2-rank runs, from the trainer's own timers
+            each = ", ".join(percent(gaps[r]) for r in sorted(gaps))
+            rows.append([f"{m} 2-rank runs: the busier rank's work over the other's",
+                         f"+{percent(statistics.median(gaps.values()))}"
+                         f"{' (rounds ' + each + ')' if len(gaps) > 1 else ''}",
+                         "", "", "", ""])
         chart["scaling"].append((m, so, st, ceiling, sync))
     peak1 = statistics.median(res["sgemm1"])
     peak = 2 * peak1
@@ -290,7 +317,10 @@ def markdown(rows, res, peak1, peak, ours_tta, theirs_tta, meta):
                    "a trainer whose ranks wait for each other every step runs at the pace of "
                    "the slower rank, so where the machine gives two processes unequal shares of "
                    "its cores this is the most that synchronous data parallelism (ours or "
-                   "PyTorch's) can reach on it.\n")
+                   "PyTorch's) can reach on it. The busier-rank rows give the same asymmetry "
+                   "inside the 2-rank runs: each rank's time in the loop less its waits for "
+                   "the other and for data (ddpv-train's `rank_busy_s`), the busier over the "
+                   "other, median over rounds.\n")
     out.append("PyTorch by memory format (images/s, median):\n")
     out.append("| configuration | NCHW | channels_last |")
     out.append("|---|---|---|")
