@@ -91,7 +91,7 @@ int print_usage_error(const std::string& what) {
 
 // Note [Rank times]: one line of the ranks' spread, and a warning naming a straggler.
 void print_rank_times(const ddpv::TrainSummary& s) {
-  const ddpv::RankSpread r = ddpv::rank_spread(s.ranks);
+  const ddpv::RankSpread& r = s.spread;
   auto range = [&](double ddpv::RankTimes::*field) {
     double lo = s.ranks[0].*field, hi = lo;
     for (const ddpv::RankTimes& t : s.ranks) {

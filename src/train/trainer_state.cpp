@@ -178,13 +178,12 @@ void Trainer::Impl::pool_rank_times(TrainSummary& s) const {
   world.allreduce_sum(rows.data(), 3 * n);
   s.ranks.resize(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) s.ranks[r] = {rows[3 * r], rows[3 * r + 1], rows[3 * r + 2]};
-  const RankSpread spread = rank_spread(s.ranks);
-  const int busiest = spread.busiest;
+  s.spread = rank_spread(s.ranks);
   s.straggler =
-      spread.above_others >= kStragglerShare && step - run_start_step >= kStragglerMinSteps;
+      s.spread.above_others >= kStragglerShare && step - run_start_step >= kStragglerMinSteps;
   char host[256] = {};
-  if (me == busiest) world.host().copy(host, sizeof(host) - 1);
-  world.broadcast_bytes(host, sizeof(host), busiest);
+  if (me == s.spread.busiest) world.host().copy(host, sizeof(host) - 1);
+  world.broadcast_bytes(host, sizeof(host), s.spread.busiest);
   s.busiest_host = host;
 }
 
@@ -247,7 +246,7 @@ TrainSummary Trainer::Impl::finish() {
     record.add("rank_busy_s", busy)
         .add("rank_comm_wait_s", comm)
         .add("rank_data_wait_s", data)
-        .add("busiest_rank", rank_spread(s.ranks).busiest)
+        .add("busiest_rank", s.spread.busiest)
         .add("busiest_host", s.busiest_host)
         .add("straggler", s.straggler);
   }

@@ -53,7 +53,8 @@ struct TrainSummary {
   int stop_signal = 0;
   std::string last_checkpoint;  // "" when none was written
   std::vector<RankTimes> ranks;  // by rank (Note [Rank times]); empty on the CUDA backend
-  std::string busiest_host;      // the host of rank_spread(ranks).busiest
+  RankSpread spread;             // rank_spread(ranks)
+  std::string busiest_host;      // the host of spread.busiest
   bool straggler = false;        // the busiest rank held the others back (Note [Rank times])
 };
 
