@@ -29,14 +29,13 @@ DOC_END = "<!-- bench:table:end -->"
 
 # Note [The synchronous ceiling]: the ceiling row adds the images/s of two independent 1-rank
 # runs started together. On this project's VM the two often get unequal shares of the cores
-# (the pair's two runs differed by up to 9% in the rounds of the run below, and by 33% in
-# a pair run by hand the same evening, 6136 against 4606 lenet images/s; /proc/stat shows
-# no steal time), and a
-# synchronous trainer cannot use the faster share: every step each rank waits for the other at
-# the gradient exchange, so two ranks run at about twice the slower process's pace. "2 x the
-# slower run" is that bound, measured on the same pair; the scaling target is still judged on
-# the plain 1 -> 2 ratio. Measured 2026-12-04 (22:49 `make bench`): resnet20's 2-rank rounds
-# reached 99-102% of it and 95-98% of the sum.
+# (the pair's two runs differed by up to 9% in the rounds of the run below, and by 33% in a
+# pair run by hand the same evening, 6136 against 4606 lenet images/s; /proc/stat shows no
+# steal time), and a synchronous trainer cannot use the faster share: every step each rank
+# waits for the other at the gradient exchange, so two ranks run at about twice the slower
+# process's pace. "2 x the slower run" is that bound, measured on the same pair; the scaling
+# target is still judged on the plain 1 -> 2 ratio. Measured 2026-12-04 (22:49 `make bench`):
+# resnet20's 2-rank rounds reached 99-102% of it and 95-98% of the sum.
 
 
 def ours_images_per_s(path, middle_half=False):
@@ -117,14 +116,14 @@ def collect(raw):
                 for f, v in p["formats"].items():
                     fmts.setdefault(f, []).append(v["images_per_s"])
             res["torch_fmt"][(m, w)] = fmts
-    # By round: the two independent runs' images/s added (rounds where both ran), and twice the
-    # slower one's (Note [The synchronous ceiling]).
     # By round: the 2-rank runs' busiest rank over the other (runs whose summary has it).
     res["busy_gap"] = {}
     for m in ("lenet", "resnet20"):
         gaps = {round_of(p): busiest_above_others(p)
                 for p in glob.glob(f"{raw}/ours-{m}-w2-r*.jsonl")}
         res["busy_gap"][m] = {r: g for r, g in gaps.items() if g is not None}
+    # By round: the two independent runs' images/s added (rounds where both ran), and twice the
+    # slower one's (Note [The synchronous ceiling]).
     res["pair"], res["pair_sync"] = {}, {}
     for m in ("lenet", "resnet20"):
         sums, syncs = {}, {}
@@ -216,6 +215,7 @@ def build_table(res, meta):
         ceiling = sync = None
         if res["pair"][m]:  # what the machine allows two processes that never communicate
             one, two = res["ours"][(m, 1)], res["ours"][(m, 2)]
+            values = []
             for name, pairs, of in (
                     (f"{m} ceiling: two independent 1-rank runs at once / 1 rank",
                      res["pair"][m], "the pair"),
@@ -227,7 +227,8 @@ def build_table(res, meta):
                 shares = rounds_text(two, pairs, percent, "; rounds ", "")
                 rows.append([name, f"{value:.2f}x{rounds_text(pairs, one, ratio_x)} (2 ranks "
                              f"reach {share:.0f}% of {of}{shares})", "", "", "", ""])
-                ceiling, sync = (value, None) if ceiling is None else (ceiling, value)
+                values.append(value)
+            ceiling, sync = values
         gaps = res["busy_gap"][m]
         if gaps:  # the same asymmetry inside the 2-rank runs, from the trainer's own timers
             each = ", ".join(percent(gaps[r]) for r in sorted(gaps))
