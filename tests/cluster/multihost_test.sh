@@ -95,6 +95,14 @@ timeout 300 "$tmp/netns-agent.sh" "$(addr_of 0)" \
   "${train[@]}" --checkpoint-dir "$tmp/multi" --metrics "$tmp/multi.jsonl" \
   >"$tmp/multi.log" 2>&1 || { cat "$tmp/multi.log"; fail "the multi-host run failed"; }
 log "multi host: $world ranks on $hosts hosts done"
+# Note [Rank times]: the busiest rank's host comes from that rank, across nodes. Ranks fill the
+# hosts in order, $per_host each, so rank r runs on h(r / $per_host).
+line=$(grep "^ranks: busy" "$tmp/multi.log") || { cat "$tmp/multi.log"; fail "no ranks line"; }
+[[ $line =~ the\ busiest,\ rank\ ([0-9]+)\ on\ (h[0-9]+), ]] ||
+  fail "the ranks line names no rank on one of the hosts: $line"
+[ "${BASH_REMATCH[2]}" = "h$(( BASH_REMATCH[1] / per_host ))" ] ||
+  fail "rank ${BASH_REMATCH[1]} is on h$(( BASH_REMATCH[1] / per_host )), the line says: $line"
+log "the ranks line names rank ${BASH_REMATCH[1]} on ${BASH_REMATCH[2]}"
 # Each host's ranks share one model and allreduce their slices across hosts (Note [Shared update]).
 grep -q "shared update ($per_host ranks per node x $hosts nodes" "$tmp/multi.log" ||
   { cat "$tmp/multi.log"; fail "the multi-host run did not take the shared update across nodes"; }
