@@ -90,11 +90,11 @@ int print_usage_error(const std::string& what) {
 }
 
 // Note [Rank times]: one line of the ranks' spread, and a warning naming a straggler.
-void print_rank_times(const ddpv::TrainSummary& s) {
+void print_rank_times(const ddpv::RankReport& s) {
   const ddpv::RankSpread& r = s.spread;
   auto range = [&](double ddpv::RankTimes::*field) {
-    double lo = s.ranks[0].*field, hi = lo;
-    for (const ddpv::RankTimes& t : s.ranks) {
+    double lo = s.by_rank[0].*field, hi = lo;
+    for (const ddpv::RankTimes& t : s.by_rank) {
       lo = std::min(lo, t.*field);
       hi = std::max(hi, t.*field);
     }
@@ -172,7 +172,7 @@ int main(int argc, char** argv) {
                   ddpv::format_duration(s.elapsed_s).c_str(), s.val_acc, s.val_loss,
                   s.images_per_s, s.world_size, s.world_size == 1 ? "" : "s", static_cast<long long>(o.batch_size),
                   s.comm_wait_s, s.data_wait_s);
-      if (s.ranks.size() > 1) print_rank_times(s);
+      if (s.ranks.by_rank.size() > 1) print_rank_times(s.ranks);
       if (!s.last_checkpoint.empty()) std::printf("checkpoint: %s\n", s.last_checkpoint.c_str());
       if (!o.metrics.empty()) std::printf("metrics: %s\n", o.metrics.c_str());
       if (s.stopped_by_signal) {

@@ -269,6 +269,8 @@ TrainSummary Trainer::Impl::run() {
     if (o.max_steps > 0 && step >= o.max_steps) break;
     train_feed->start_epoch(epoch, epoch_step * o.accum_steps);
     if (epoch_step == 0) epoch_totals = {};
+    const RankTimes epoch_mark = my_times();  // Note [Rank times], per epoch
+    const int64_t epoch_first_step = step;
     const auto t_train = Clock::now();
     while (epoch_step < steps_per_epoch && !stop) {
       train_step();
@@ -293,11 +295,12 @@ TrainSummary Trainer::Impl::run() {
     ++epoch;
     epoch_step = 0;
     const auto t_pause = Clock::now();  // evaluation and checkpoints are not training time
+    const RankReport epoch_ranks = pool_rank_times(epoch_mark, step - epoch_first_step);
     double val_loss = std::numeric_limits<double>::quiet_NaN(), val_acc = val_loss;
     if (val_source) evaluate(&val_loss, &val_acc);
     last_val_loss = val_loss;
     last_val_acc = val_acc;
-    log_epoch(val_loss, val_acc);
+    log_epoch(val_loss, val_acc, epoch_ranks);
     const bool last = epoch == o.epochs || (o.max_steps > 0 && step >= o.max_steps);
     if (!o.checkpoint_dir.empty() && !last && o.checkpoint_every > 0 &&
         epoch % o.checkpoint_every == 0) {

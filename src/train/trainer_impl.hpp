@@ -52,9 +52,12 @@ struct Trainer::Impl {
   std::string save(const char* why);
   void resume();
   void log_step(double lr, double step_loss, double step_acc);
-  void log_epoch(double val_loss, double val_acc);
+  void log_epoch(double val_loss, double val_acc, const RankReport& ranks);
   TrainSummary finish();
-  void pool_rank_times(TrainSummary& s) const;  // Note [Rank times]
+  // Note [Rank times]: this rank's figures so far, and all ranks' since `mark`, over `steps`
+  // steps (a collective; an empty report on the CUDA backend, where nothing is pooled).
+  RankTimes my_times() const;
+  RankReport pool_rank_times(const RankTimes& mark, int64_t steps) const;
 
   TrainOptions o;
   World& world;

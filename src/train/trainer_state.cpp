@@ -10,6 +10,26 @@
 #include "train/trainer_impl.hpp"
 
 namespace ddpv {
+namespace {
+
+// The figures by rank, into a metrics record (epoch or summary).
+void add_rank_report(JsonRecord& record, const RankReport& ranks) {
+  if (ranks.by_rank.empty()) return;
+  std::vector<double> busy, comm, data;
+  for (const RankTimes& r : ranks.by_rank) {
+    busy.push_back(r.busy_s);
+    comm.push_back(r.comm_wait_s);
+    data.push_back(r.data_wait_s);
+  }
+  record.add("rank_busy_s", busy)
+      .add("rank_comm_wait_s", comm)
+      .add("rank_data_wait_s", data)
+      .add("busiest_rank", ranks.spread.busiest)
+      .add("busiest_host", ranks.busiest_host)
+      .add("straggler", ranks.straggler);
+}
+
+}  // namespace
 
 // Every validation sample counted exactly once: each rank evaluates its unpadded shard (ranks
 // may differ by one sample, and no collective runs inside the loop), then one allreduce.
@@ -118,7 +138,7 @@ void Trainer::Impl::log_step(double lr, double step_loss, double step_acc) {
   log_start = Clock::now();
 }
 
-void Trainer::Impl::log_epoch(double val_loss, double val_acc) {
+void Trainer::Impl::log_epoch(double val_loss, double val_acc, const RankReport& ranks) {
   if (!world.is_root()) return;
   const double rate = images / std::max(train_seconds, 1e-9);
   const double elapsed = seconds_since(run_start);
@@ -128,16 +148,23 @@ void Trainer::Impl::log_epoch(double val_loss, double val_acc) {
               epoch_totals.loss(), epoch_totals.acc(), val_loss, val_acc, schedule->at(step),
               rate, format_duration(elapsed).c_str());
   std::fflush(stdout);
-  metrics.write(JsonRecord()
-                    .add("event", "epoch")
-                    .add("epoch", epoch)
-                    .add("step", step)
-                    .add("train_loss", epoch_totals.loss())
-                    .add("train_acc", epoch_totals.acc())
-                    .add("val_loss", val_loss)
-                    .add("val_acc", val_acc)
-                    .add("images_per_s", rate)
-                    .add("elapsed_s", elapsed));
+  if (ranks.straggler) {  // Note [Rank times]: said in the epoch it happens, not only at the end
+    DDPV_WARN("epoch ", epoch, ": rank ", ranks.spread.busiest, " on ", ranks.busiest_host,
+              " was busy ", std::lround(100 * ranks.spread.above_others),
+              "% longer than the other ranks' median, and every step they waited for it");
+  }
+  JsonRecord record;
+  record.add("event", "epoch")
+      .add("epoch", epoch)
+      .add("step", step)
+      .add("train_loss", epoch_totals.loss())
+      .add("train_acc", epoch_totals.acc())
+      .add("val_loss", val_loss)
+      .add("val_acc", val_acc)
+      .add("images_per_s", rate)
+      .add("elapsed_s", elapsed);
+  add_rank_report(record, ranks);
+  metrics.write(record);
 }
 
 RankSpread rank_spread(const std::vector<RankTimes>& ranks) {
@@ -162,29 +189,37 @@ RankSpread rank_spread(const std::vector<RankTimes>& ranks) {
   return s;
 }
 
-// Note [Rank times]: every rank's three figures, pooled by one allreduce (each rank fills its
-// own row), and the busiest rank's host, broadcast by it. The busiest is called a straggler
-// when it worked a tenth longer than the others' median or more, over a run long enough that
-// start-up (the first steps build every primitive and touch fresh memory) does not decide it.
+// Note [Rank times]: every rank's three figures over the stretch, pooled by one allreduce
+// (each rank fills its own row), and the busiest rank's host, broadcast by it. The busiest is
+// called a straggler when it worked a tenth longer than the others' median or more, over a
+// stretch long enough that start-up (the first steps build every primitive and touch fresh
+// memory) does not decide it.
 constexpr double kStragglerShare = 0.10;
 constexpr int64_t kStragglerMinSteps = 50;
 
-void Trainer::Impl::pool_rank_times(TrainSummary& s) const {
+RankTimes Trainer::Impl::my_times() const {
+  return {train_seconds - comm_wait - data_wait, comm_wait, data_wait};
+}
+
+RankReport Trainer::Impl::pool_rank_times(const RankTimes& mark, int64_t steps) const {
+  RankReport report;
+  if (backend->device() != Device::kCpu) return report;
+  const RankTimes now = my_times();
   const int n = world.size(), me = world.rank();
   std::vector<double> rows(static_cast<size_t>(3 * n), 0.0);
-  rows[3 * me] = std::max(train_seconds - comm_wait - data_wait, 0.0);
-  rows[3 * me + 1] = comm_wait;
-  rows[3 * me + 2] = data_wait;
+  rows[3 * me] = std::max(now.busy_s - mark.busy_s, 0.0);
+  rows[3 * me + 1] = now.comm_wait_s - mark.comm_wait_s;
+  rows[3 * me + 2] = now.data_wait_s - mark.data_wait_s;
   world.allreduce_sum(rows.data(), 3 * n);
-  s.ranks.resize(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) s.ranks[r] = {rows[3 * r], rows[3 * r + 1], rows[3 * r + 2]};
-  s.spread = rank_spread(s.ranks);
-  s.straggler =
-      s.spread.above_others >= kStragglerShare && step - run_start_step >= kStragglerMinSteps;
+  report.by_rank.resize(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) report.by_rank[r] = {rows[3 * r], rows[3 * r + 1], rows[3 * r + 2]};
+  report.spread = rank_spread(report.by_rank);
+  report.straggler = report.spread.above_others >= kStragglerShare && steps >= kStragglerMinSteps;
   char host[256] = {};
-  if (me == s.spread.busiest) world.host().copy(host, sizeof(host) - 1);
-  world.broadcast_bytes(host, sizeof(host), s.spread.busiest);
-  s.busiest_host = host;
+  if (me == report.spread.busiest) world.host().copy(host, sizeof(host) - 1);
+  world.broadcast_bytes(host, sizeof(host), report.spread.busiest);
+  report.busiest_host = host;
+  return report;
 }
 
 TrainSummary Trainer::Impl::finish() {
@@ -210,7 +245,7 @@ TrainSummary Trainer::Impl::finish() {
   s.stopped_by_signal = stop_signal != 0;
   s.stop_signal = stop_signal;
   s.last_checkpoint = last_checkpoint;
-  if (backend->device() == Device::kCpu) pool_rank_times(s);  // Note [Rank times]
+  s.ranks = pool_rank_times(RankTimes{}, step - run_start_step);  // Note [Rank times]
   // The most host memory this rank's tensors held at once: parameters, gradients, optimizer
   // state, activations and batches (the CUDA backend's device memory is not counted here).
   const double host_peak_mib = double(host_memory_stats().peak) / (1 << 20);
@@ -236,20 +271,7 @@ TrainSummary Trainer::Impl::finish() {
       .add("host_tensor_peak_mib", host_peak_mib)
       .add("stopped_by_signal", s.stopped_by_signal)
       .add("checkpoint", s.last_checkpoint);
-  if (!s.ranks.empty()) {  // Note [Rank times]
-    std::vector<double> busy, comm, data;
-    for (const RankTimes& r : s.ranks) {
-      busy.push_back(r.busy_s);
-      comm.push_back(r.comm_wait_s);
-      data.push_back(r.data_wait_s);
-    }
-    record.add("rank_busy_s", busy)
-        .add("rank_comm_wait_s", comm)
-        .add("rank_data_wait_s", data)
-        .add("busiest_rank", s.spread.busiest)
-        .add("busiest_host", s.busiest_host)
-        .add("straggler", s.straggler);
-  }
+  add_rank_report(record, s.ranks);  // Note [Rank times]
   metrics.write(record);
   return s;
 }

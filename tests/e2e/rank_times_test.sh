@@ -4,10 +4,12 @@
 # lenet's step) must be named the busiest rank, with its host, in the `ranks:` line and in the
 # metrics summary, and warned about as a straggler; the others' waits must hold the difference.
 # Four ranks with the shared update, two with the allreduce (--no-shared-update) and the slow
-# rank first, and a run too short to call anyone a straggler.
+# rank first, a run too short to call anyone a straggler, and two epochs, each with its own
+# figures and warning.
 source "$(dirname "$0")/lib.sh"
-common=(--synthetic --synthetic-size 2048 --epochs 100 --model lenet --device cpu --threads 1 --batch-size 32
-        --val-split none --no-progress --log-every 1000)
+common=(--synthetic --model lenet --device cpu --threads 1 --batch-size 32 --val-split none
+        --no-progress --log-every 1000)
+steps=(--synthetic-size 2048 --epochs 100)
 # run NAME FAST SLOW ORDER [args]: FAST ranks as usual and SLOW on direct convolutions, in
 # ORDER (fast-first or slow-first); output in $WORK/NAME.{out,err}, metrics in $WORK/NAME.jsonl
 run() {
@@ -49,18 +51,39 @@ PYEOF
     "$WORK/$1.out" || { cat "$WORK/$1.out"; fail "$1: no ranks line naming rank $3"; }
 }
 
-run four 3 1 fast-first --max-steps 60
+run four 3 1 fast-first "${steps[@]}" --max-steps 60
 check four 4 3 yes
 grep -q "warning: rank 3 on [^ ]\+ was busy [0-9]\+% longer than the other ranks' median" \
   "$WORK/four.err" || { cat "$WORK/four.err"; fail "four: no straggler warning"; }
 
-run two 1 1 slow-first --max-steps 60 --no-shared-update
+run two 1 1 slow-first "${steps[@]}" --max-steps 60 --no-shared-update
 grep -q "; mpi (" "$WORK/two.err" || { cat "$WORK/two.err"; fail "two: not on the allreduce path"; }
 check two 2 0 yes
 
 # 20 steps: start-up could decide it, so the ranks line but no straggler and no warning (on a
 # loaded machine 20 steps may not even single out the slow rank).
-run short 1 1 fast-first --max-steps 20
+run short 1 1 fast-first "${steps[@]}" --max-steps 20
 check short 2 any no
 ! grep -q "warning: rank" "$WORK/short.err" || { cat "$WORK/short.err"; fail "short: a warning"; }
-echo "rank times: the slow rank named in the ranks line, the summary and a warning"
+# Two epochs of 128 steps (8192 samples, 2 ranks x 32): each epoch record has its own figures,
+# which add up to the run's, and each epoch warns about the slow rank as it ends.
+run epochs 1 1 fast-first --synthetic-size 8192 --epochs 2
+check epochs 2 1 yes
+"$PY" - "$WORK/epochs.jsonl" <<'PYEOF' || { cat "$WORK/epochs.out" "$WORK/epochs.err"; fail "epochs: the records"; }
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+epochs = [r for r in recs if r.get("event") == "epoch"]
+summary = [r for r in recs if r.get("event") == "summary"][-1]
+assert [e["epoch"] for e in epochs] == [1, 2], epochs
+for e in epochs:
+    assert e["busiest_rank"] == 1 and e["straggler"] is True, e
+for key in ("rank_busy_s", "rank_comm_wait_s", "rank_data_wait_s"):
+    for r in range(2):
+        total = sum(e[key][r] for e in epochs)
+        assert abs(total - summary[key][r]) <= 1e-6 + 1e-6 * summary[key][r], (key, r, total, summary)
+PYEOF
+for e in 1 2; do
+  grep -q "warning: epoch $e: rank 1 on [^ ]\+ was busy [0-9]\+% longer than the other ranks' median" \
+    "$WORK/epochs.err" || { cat "$WORK/epochs.err"; fail "epochs: no warning for epoch $e"; }
+done
+echo "rank times: the slow rank named in the ranks line, the summary, each epoch and warnings"

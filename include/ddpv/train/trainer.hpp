@@ -18,8 +18,9 @@ class World;
 // another job) sets the pace of the whole job, and the others' time shows up as waiting. Each
 // rank times the part of its training loop it spent waiting for its peers' gradients (the
 // allreduce's wait, or the shared update's barriers and claims) and for its loader; the rest
-// is its own work ("busy"). At the end the ranks pool these, and rank 0 reports the spread
-// and the busiest rank with its host: the straggler, when there is one. CPU backend only: on
+// is its own work ("busy"). At the end of each epoch and of the run the ranks pool these, and
+// rank 0 reports the spread and the busiest rank with its host: the straggler, when there is
+// one. CPU backend only: on
 // a GPU the host's timers see launches, and the device's work lands in the waits.
 struct RankTimes {
   double busy_s = 0;       // time in the training loop not spent waiting for peers or data
@@ -37,6 +38,14 @@ struct RankSpread {
 };
 RankSpread rank_spread(const std::vector<RankTimes>& ranks);
 
+// What the ranks' timers say over a stretch of training: a run, or an epoch of it.
+struct RankReport {
+  std::vector<RankTimes> by_rank;  // empty on the CUDA backend
+  RankSpread spread;               // rank_spread(by_rank)
+  std::string busiest_host;        // the host of spread.busiest
+  bool straggler = false;          // the busiest rank held the others back
+};
+
 struct TrainSummary {
   int64_t steps = 0;          // optimizer steps since the start of training (resumes included)
   int64_t epochs = 0;         // epochs completed
@@ -52,10 +61,7 @@ struct TrainSummary {
   bool stopped_by_signal = false;
   int stop_signal = 0;
   std::string last_checkpoint;  // "" when none was written
-  std::vector<RankTimes> ranks;  // by rank (Note [Rank times]); empty on the CUDA backend
-  RankSpread spread;             // rank_spread(ranks)
-  std::string busiest_host;      // the host of spread.busiest
-  bool straggler = false;        // the busiest rank held the others back (Note [Rank times])
+  RankReport ranks;             // over this run (Note [Rank times])
 };
 
 // Thrown on every rank at once when the loss becomes NaN or Inf (the ranks agree on it in the
