@@ -55,7 +55,12 @@ def busiest_above_others(path):
     """How much longer the busiest rank of a run worked than the median of the others, from
     its summary's rank_busy_s (Note [Rank times] in ddpv-train), or None when it has none."""
     summary = [r for r in read_jsonl(path) if r.get("event") == "summary"]
-    busy = summary[-1].get("rank_busy_s") if summary else None
+    return above_others(summary[-1].get("rank_busy_s") if summary else None)
+
+
+def above_others(busy):
+    """The busiest of busy (seconds by rank) over the median of the others, as a share; None
+    for fewer than two ranks or others that did nothing."""
     if not busy or len(busy) < 2:
         return None
     most = max(busy)
@@ -154,7 +159,8 @@ def time_to_target(raw):
 
     ours = []
     for p in rounds("ours-fmnist-r*.jsonl"):
-        trace = [{"epoch": r["epoch"], "val_acc": r["val_acc"], "elapsed_s": r["elapsed_s"]}
+        trace = [{"epoch": r["epoch"], "val_acc": r["val_acc"], "elapsed_s": r["elapsed_s"],
+                  "busy_gap": above_others(r.get("rank_busy_s"))}
                  for r in read_jsonl(p) if r.get("event") == "epoch"]
         ours.append({"hit": hit(trace), "trace": trace})
     theirs = []
@@ -334,10 +340,15 @@ def markdown(rows, res, peak1, peak, ours_tta, theirs_tta, meta):
         for i, run in enumerate(side or []):
             trace = ", ".join(f"{t['epoch']}: {100 * (t['val_acc'] or 0):.2f}% at "
                               f"{t['elapsed_s']:.0f} s"
+                              + (f" (+{percent(t['busy_gap'])})"
+                                 if t.get("busy_gap") is not None else "")
                               for t in run["trace"])
             out.append(f"- Fashion-MNIST trace, {name}"
                        f"{' (' + run['format'] + ')' if 'format' in run else ''}, round "
                        f"{i + 1}: {trace}")
+    if any(t.get("busy_gap") is not None for run in ours_tta or [] for t in run["trace"]):
+        out.append("\n(+n% in our traces: how much longer the busier rank worked than the other "
+                   "in that epoch, from the epoch records' `rank_busy_s`.)")
     out.append("")
     out.append(f"Versions: {meta['ddpv']}, oneDNN {meta['onednn']}, PyTorch {meta['torch']} "
                f"(gloo; BLAS {res['blas']}), {meta['mpi']}, {meta['cxx']}, "
