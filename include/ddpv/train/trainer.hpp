@@ -20,8 +20,8 @@ class World;
 // allreduce's wait, or the shared update's barriers and claims) and for its loader; the rest
 // is its own work ("busy"). At the end of each epoch and of the run the ranks pool these, and
 // rank 0 reports the spread and the busiest rank with its host: the straggler, when there is
-// one. CPU backend only: on
-// a GPU the host's timers see launches, and the device's work lands in the waits.
+// one. CPU backend only: on a GPU the host's timers see launches, and the device's work lands
+// in the waits.
 struct RankTimes {
   double busy_s = 0;       // time in the training loop not spent waiting for peers or data
   double comm_wait_s = 0;  // waiting for the other ranks' gradients
