@@ -108,11 +108,8 @@ void print_rank_times(const ddpv::RankReport& s) {
       r.min_s, r.max_s, r.median_s, r.busiest, s.busiest_host.c_str(), 100 * r.above_others,
       comm_lo, comm_hi, data_lo, data_hi);
   if (s.straggler) {
-    std::fprintf(stderr,
-                 "%s: warning: rank %d on %s was busy %.0f%% longer than the other ranks' "
-                 "median, and every step they waited for it: a slower, throttled or shared "
-                 "node?\n",
-                 kProgram, r.busiest, s.busiest_host.c_str(), 100 * r.above_others);
+    std::fprintf(stderr, "%s: warning: %s: a slower, throttled or shared node?\n", kProgram,
+                 ddpv::straggler_text(s).c_str());
   }
 }
 

@@ -149,9 +149,7 @@ void Trainer::Impl::log_epoch(double val_loss, double val_acc, const RankReport&
               rate, format_duration(elapsed).c_str());
   std::fflush(stdout);
   if (ranks.straggler) {  // Note [Rank times]: said in the epoch it happens, not only at the end
-    DDPV_WARN("epoch ", epoch, ": rank ", ranks.spread.busiest, " on ", ranks.busiest_host,
-              " was busy ", std::lround(100 * ranks.spread.above_others),
-              "% longer than the other ranks' median, and every step they waited for it");
+    DDPV_WARN("epoch ", epoch, ": ", straggler_text(ranks));
   }
   JsonRecord record;
   record.add("event", "epoch")
@@ -165,6 +163,12 @@ void Trainer::Impl::log_epoch(double val_loss, double val_acc, const RankReport&
       .add("elapsed_s", elapsed);
   add_rank_report(record, ranks);
   metrics.write(record);
+}
+
+std::string straggler_text(const RankReport& ranks) {
+  return "rank " + std::to_string(ranks.spread.busiest) + " on " + ranks.busiest_host +
+         " was busy " + std::to_string(std::lround(100 * ranks.spread.above_others)) +
+         "% longer than the other ranks' median, and every step they waited for it";
 }
 
 RankSpread rank_spread(const std::vector<RankTimes>& ranks) {

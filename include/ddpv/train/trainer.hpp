@@ -45,6 +45,9 @@ struct RankReport {
   std::string busiest_host;        // the host of spread.busiest
   bool straggler = false;          // the busiest rank held the others back
 };
+// "rank 1 on node17 was busy 33% longer than the other ranks' median, and every step they
+// waited for it": the straggler warning's text, for the epoch's and the run's.
+std::string straggler_text(const RankReport& ranks);
 
 struct TrainSummary {
   int64_t steps = 0;          // optimizer steps since the start of training (resumes included)
