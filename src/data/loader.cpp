@@ -22,11 +22,12 @@ struct Slot {
 
 struct Ready {
   int slot = -1;  // -1 marks the end of the epoch
-  int64_t size = 0, epoch = 0, step = 0;
+  int64_t size = 0, epoch = 0, step = 0, global = 0;
 };
 
 struct Request {
   int64_t epoch = 0, start_step = 0;
+  int64_t first_seq = 0;  // the number of the epoch's first batch (Note [Balanced batches])
 };
 
 }  // namespace
@@ -49,6 +50,8 @@ struct Loader::State {
   std::deque<int> free_slots;
   std::deque<Ready> ready;
   std::optional<Request> pending;
+  std::optional<SplitQueue> splits;  // with balanced only
+  int64_t consumed = 0;              // batches next() has returned
   uint64_t generation = 0;  // bumped by every start_epoch; stale work is dropped
   bool active = false;      // an epoch was started and its end marker not yet consumed
   bool stop = false;
@@ -71,6 +74,7 @@ struct Loader::State {
 
   std::vector<int64_t> epoch_indices(int64_t epoch) {
     sampler.set_epoch(epoch);
+    if (opt.balanced) return sampler.padded_order();
     return opt.unpadded ? sampler.shard_unpadded() : sampler.indices();
   }
 
@@ -109,10 +113,17 @@ struct Loader::State {
       try {
         const std::vector<int64_t> idx = epoch_indices(req.epoch);
         const int64_t total = static_cast<int64_t>(idx.size());
-        const int64_t steps = (total + opt.batch_size - 1) / opt.batch_size;
+        // A step's positions: this rank's batch_size of its shard, or (balanced) the global
+        // batch of which this rank takes its slice.
+        const int64_t per_step = opt.balanced ? opt.batch_size * opt.world_size : opt.batch_size;
+        const int64_t steps = (total + per_step - 1) / per_step;
         for (int64_t step = req.start_step; step < steps; ++step) {
+          const int64_t seq = req.first_seq + (step - req.start_step);
           lock.lock();
-          cv.wait(lock, [&] { return stop || generation != gen || !free_slots.empty(); });
+          cv.wait(lock, [&] {
+            return stop || generation != gen ||
+                   (!free_slots.empty() && (!splits || splits->has(seq)));
+          });
           if (stop || generation != gen) {
             superseded = true;
             lock.unlock();
@@ -120,10 +131,18 @@ struct Loader::State {
           }
           const int s = free_slots.front();
           free_slots.pop_front();
+          const int64_t begin = step * per_step;
+          const int64_t in_step = std::min(per_step, total - begin);
+          int64_t first = begin, n = in_step, global = in_step * opt.world_size;
+          if (splits) {
+            std::vector<int64_t> sizes = splits->at(seq);
+            if (in_step < per_step) sizes = shrink_split(sizes, in_step);
+            first = begin + split_offset(sizes, opt.rank);
+            n = sizes[static_cast<size_t>(opt.rank)];
+            global = in_step;
+          }
           lock.unlock();
-          const int64_t begin = step * opt.batch_size;
-          const int64_t n = std::min(opt.batch_size, total - begin);
-          fill(slots[static_cast<size_t>(s)], idx.data() + begin, n, req.epoch, raw);
+          fill(slots[static_cast<size_t>(s)], idx.data() + first, n, req.epoch, raw);
           lock.lock();
           if (generation != gen) {
             free_slots.push_back(s);
@@ -131,7 +150,7 @@ struct Loader::State {
             lock.unlock();
             break;
           }
-          ready.push_back(Ready{s, n, req.epoch, step});
+          ready.push_back(Ready{s, n, req.epoch, step, global});
           lock.unlock();
           cv.notify_all();
         }
@@ -176,10 +195,20 @@ Loader::Loader(const ImageStore& store, LoaderOptions options)
   Allocator* alloc = o.allocator ? o.allocator : host_allocator();
   s.device = alloc->device();
   const int num_slots = o.prefetch + 2;  // queued + one being filled + one held by the consumer
+  int64_t slot_batch = o.batch_size;
+  if (o.balanced) {
+    DDPV_CHECK(!o.unpadded, "a balanced loader serves training, not evaluation (internal)");
+    std::vector<int64_t> first = o.first_split;
+    if (first.empty()) first = equal_split(o.world_size, o.batch_size);
+    check_split(first, o.world_size, o.batch_size);
+    s.splits.emplace(first, num_slots);
+    slot_batch = std::max(split_bounds(o.batch_size, o.world_size).hi,
+                          *std::max_element(first.begin(), first.end()));
+  }
   for (int i = 0; i < num_slots; ++i) {
     s.slots.push_back(
-        Slot{Tensor::empty(Shape{o.batch_size, s.height, s.width, s.channels}, DType::kF32, alloc),
-             Tensor::empty(Shape{o.batch_size}, DType::kI32, alloc)});
+        Slot{Tensor::empty(Shape{slot_batch, s.height, s.width, s.channels}, DType::kF32, alloc),
+             Tensor::empty(Shape{slot_batch}, DType::kI32, alloc)});
     s.free_slots.push_back(i);
   }
   s.worker = std::thread([st = state_.get()] { st->run(); });
@@ -204,7 +233,7 @@ void Loader::start_epoch(int64_t epoch, int64_t start_step) {
     for (const Ready& r : s.ready)
       if (r.slot >= 0) s.free_slots.push_back(r.slot);
     s.ready.clear();
-    s.pending = Request{epoch, start_step};
+    s.pending = Request{epoch, start_step, s.consumed};
     s.active = true;
   }
   s.cv.notify_all();
@@ -222,6 +251,8 @@ std::optional<Batch> Loader::next() {
     s.active = false;
     return std::nullopt;
   }
+  ++s.consumed;
+  if (s.splits) s.splits->forget_before(s.consumed);
   lock.unlock();
   s.cv.notify_all();
   const Slot& slot = s.slots[static_cast<size_t>(r.slot)];
@@ -232,12 +263,24 @@ std::optional<Batch> Loader::next() {
   b.size = r.size;
   b.epoch = r.epoch;
   b.step = r.step;
+  b.global = r.global;
   // The lease holds the State, so a Batch outliving the Loader still points at live memory.
   std::shared_ptr<State> keep = state_;
   const int index = r.slot;
   b.lease =
       std::shared_ptr<void>(slot.images.raw(), [keep, index](void*) { keep->release(index); });
   return b;
+}
+
+void Loader::push_split(std::vector<int64_t> sizes) {
+  State& s = *state_;
+  DDPV_CHECK(s.splits.has_value(), "push_split on a loader without balanced batches (internal)");
+  check_split(sizes, s.opt.world_size, s.opt.batch_size);
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.splits->push(std::move(sizes));
+  }
+  s.cv.notify_all();
 }
 
 int64_t Loader::samples_per_epoch() const {

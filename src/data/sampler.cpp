@@ -45,13 +45,22 @@ std::vector<int64_t> DistributedSampler::epoch_order(int64_t n, bool shuffle, ui
 }
 
 std::vector<int64_t> DistributedSampler::indices() const {
+  const std::vector<int64_t> all = padded_order();
+  std::vector<int64_t> out;
+  out.reserve(static_cast<size_t>(num_samples_));
+  for (size_t p = static_cast<size_t>(rank_); p < all.size(); p += static_cast<size_t>(world_))
+    out.push_back(all[p]);
+  return out;
+}
+
+std::vector<int64_t> DistributedSampler::padded_order() const {
   const std::vector<int64_t> order = epoch_order(n_, shuffle_, seed_, epoch_);
   const int64_t total = total_size();
   std::vector<int64_t> out;
-  out.reserve(static_cast<size_t>(num_samples_));
+  out.reserve(static_cast<size_t>(total));
   // Position p of the padded (or cut) list is order[p % N]: padding repeats from the start, and
   // repeats the whole list again when the padding is longer than N (PyTorch does the same).
-  for (int64_t p = rank_; p < total; p += world_) out.push_back(order[static_cast<size_t>(p % n_)]);
+  for (int64_t p = 0; p < total; ++p) out.push_back(order[static_cast<size_t>(p % n_)]);
   return out;
 }
 

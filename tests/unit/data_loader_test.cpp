@@ -272,6 +272,81 @@ TEST(DataLoader, UnpaddedEvaluationSeesEverySampleOnce) {
   for (int c = 0; c < kClasses; ++c) EXPECT_EQ(labels.count(c), c < 3 ? 5u : 4u);
 }
 
+// Note [Balanced batches]: two ranks' loaders fed the same splits take, at every step, the
+// slices of the step's positions in the padded epoch order that the splits say (the epoch's
+// last, short step shrunk alike on both), and a restart inside an epoch keeps them in step.
+TEST(DataLoader, BalancedRanksTakeTheirSlicesOfEachStepsGlobalBatch) {
+  test::TempDir dir;
+  const int64_t n = 23, batch = 5, world = 2, global = batch * world;
+  const auto images = make_store(dir.file("s.h5"), n);
+  ImageStore store(dir.file("s.h5"));
+  std::vector<std::unique_ptr<Loader>> ranks;
+  for (int r = 0; r < world; ++r) {
+    ranks.push_back(std::make_unique<Loader>(store, opts([&](LoaderOptions& o) {
+                                               o.batch_size = batch;
+                                               o.rank = r;
+                                               o.world_size = world;
+                                               o.seed = 9;
+                                               o.augment = false;
+                                               o.prefetch = 1;  // 3 equal splits queued first
+                                               o.balanced = true;
+                                             })));
+  }
+  // The split of the k-th batch taken (k >= 3); all sum to the global batch.
+  const std::vector<std::vector<int64_t>> pushed{{8, 2}, {3, 7}, {9, 1}, {6, 4}, {2, 8},
+                                                 {7, 3}, {5, 5}, {4, 6}, {1, 9}};
+  auto split_of = [&](size_t k) { return k < 3 ? std::vector<int64_t>{5, 5} : pushed[k - 3]; };
+  // 24 padded positions (23 + the first again), steps of 10: 10, 10, then 4.
+  const std::vector<int64_t> want_global{10, 10, 4};
+  const size_t img = kH * kW * kC;
+  size_t taken = 0;
+  auto take_epoch = [&](int64_t epoch, int64_t steps_to_take) {
+    for (auto& l : ranks) l->start_epoch(epoch);
+    const std::vector<int64_t> order = DistributedSampler::epoch_order(n, true, 9, epoch);
+    for (int64_t step = 0; step < steps_to_take; ++step, ++taken) {
+      std::vector<int64_t> sizes = split_of(taken);
+      const int64_t in_step = want_global[static_cast<size_t>(step)];
+      if (in_step < global) {  // one each, the other 2 shared 8:2 (or as the split says)
+        const std::vector<int64_t> full = sizes;
+        sizes = {1, 1};
+        int64_t rest = in_step - 2;
+        const double a = static_cast<double>(rest) * static_cast<double>(full[0]) / global;
+        const int64_t fa = static_cast<int64_t>(std::floor(a));
+        const double b = static_cast<double>(rest) - a;
+        const int64_t fb = static_cast<int64_t>(std::floor(b));
+        sizes[0] += fa;
+        sizes[1] += fb;
+        if (fa + fb < rest) ++sizes[a - fa >= b - fb ? 0 : 1];
+      }
+      int64_t first = step * global;
+      for (int r = 0; r < world; ++r) {
+        auto b = ranks[static_cast<size_t>(r)]->next();
+        ASSERT_TRUE(b.has_value()) << "epoch " << epoch << " step " << step << " rank " << r;
+        EXPECT_EQ(b->global, in_step);
+        ASSERT_EQ(b->size, sizes[static_cast<size_t>(r)]) << "batch " << taken << " rank " << r;
+        const float* x = b->images.data<float>();
+        for (int64_t i = 0; i < b->size; ++i) {
+          const auto sample = static_cast<size_t>(order[static_cast<size_t>((first + i) % n)]);
+          EXPECT_EQ(b->labels.data<int32_t>()[i], static_cast<int32_t>(sample % kClasses));
+          const size_t k = img / 2;  // one pixel of each image identifies it
+          const double want =
+              (images[sample * img + k] / 255.0 - store.mean()[k % kC]) / store.std()[k % kC];
+          EXPECT_NEAR(x[static_cast<size_t>(i) * img + k], want, 1e-5);
+        }
+        first += b->size;
+        ranks[static_cast<size_t>(r)]->push_split(pushed[taken]);
+      }
+    }
+  };
+  take_epoch(0, 1);  // one batch, then a restart of the epoch drops what was prepared
+  taken = 1;
+  take_epoch(0, 3);
+  for (auto& l : ranks) EXPECT_FALSE(l->next().has_value());
+  take_epoch(1, 3);
+  for (auto& l : ranks) EXPECT_FALSE(l->next().has_value());
+  EXPECT_THROW(ranks[0]->push_split({5, 6}), Error);
+}
+
 class CountingAllocator : public Allocator {
  public:
   Device device() const override { return Device::kCpu; }

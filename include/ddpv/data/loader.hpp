@@ -8,6 +8,7 @@
 
 #include "ddpv/core/tensor.hpp"
 #include "ddpv/data/augment.hpp"
+#include "ddpv/data/batch_split.hpp"
 #include "ddpv/data/image_store.hpp"
 #include "ddpv/data/sampler.hpp"
 
@@ -23,6 +24,12 @@ struct LoaderOptions {
   // Evaluation: every sample exactly once across ranks, no padding (shard_unpadded()); ranks may
   // then differ by one sample and the last batches may differ in size.
   bool unpadded = false;
+  // Note [Balanced batches]: each step's batch is a slice of the global one, its size queued
+  // by push_split(); batch_size is then the per-rank mean, and slots hold split_bounds().hi
+  // (or more, for a larger first split). first_split: the split until the first push takes
+  // over (empty: batch_size each).
+  bool balanced = false;
+  std::vector<int64_t> first_split;
   uint64_t seed = 0;
   bool augment = true;  // crop + flip; off for evaluation
   AugmentOptions augment_options;
@@ -42,6 +49,7 @@ struct Batch {
   int64_t size = 0;
   int64_t epoch = 0;
   int64_t step = 0;  // index of this batch within its epoch
+  int64_t global = 0;  // all ranks' samples in this step (Note [Balanced batches])
   std::shared_ptr<void> lease;
 };
 
@@ -61,6 +69,10 @@ class Loader {
   // of a previous epoch not yet consumed is dropped.
   void start_epoch(int64_t epoch, int64_t start_step = 0);
   std::optional<Batch> next();
+  // --balance: the split of the batch after the ones already queued, counting batches in the
+  // order next() returns them across epochs (Note [Balanced batches]); prefetch + 2 copies of
+  // the first split are queued at the start, and the trainer pushes one for each batch it takes.
+  void push_split(std::vector<int64_t> sizes);
 
   int64_t samples_per_epoch() const;  // this rank's samples
   int64_t steps_per_epoch() const;    // this rank's batches (the last may be short)

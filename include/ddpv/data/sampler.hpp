@@ -35,6 +35,9 @@ class DistributedSampler {
   // differ in length by one.
   std::vector<int64_t> shard_unpadded() const;
 
+  // The whole padded (or cut) list, total_size() positions, of which indices() takes every
+  // world_size-th: --balance slices each step's global batch out of it instead.
+  std::vector<int64_t> padded_order() const;
   // The epoch order before sharding: a permutation of [0, n) (identity without shuffle).
   static std::vector<int64_t> epoch_order(int64_t n, bool shuffle, uint64_t seed, int64_t epoch);
 
