@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "ddpv/backend/backend.hpp"
+#include "ddpv/data/batch_split.hpp"
 #include "ddpv/dist/world.hpp"
 #include "ddpv/train/options.hpp"
 #include "ddpv/train/trainer.hpp"
@@ -66,6 +67,8 @@ po::options_description describe(TrainOptions& o) {
     ("bucket-mb", po::value(&o.bucket_mb)->default_value(o.bucket_mb), "gradient bucket size in MiB (0: one per tensor)")
     ("no-overlap", po::bool_switch(&o.no_overlap), "allreduce all gradients after backward instead of during it")
     ("no-shared-update", po::bool_switch(&o.no_shared_update), "CPU: a model copy per rank and an MPI allreduce, even for ranks that share a node")
+    ("balance", po::bool_switch(&o.balance), "CPU: split each step's global batch among the ranks by their measured speed, so a slower node takes fewer samples instead of holding the others back")
+    ("batch-split", po::value(&o.batch_split), "CPU: each rank's batch, as in 88/40 (summing to ranks x --batch-size): a fixed split, or --balance's first")
     ("mpi-progress", po::value(&o.mpi_progress)->default_value(o.mpi_progress), "CPU: nonblocking (MPI_Iallreduce advanced from backward) | thread")
     ("comm-timeout", po::value(&o.comm_timeout)->default_value(o.comm_timeout), "seconds before a stuck collective aborts the job (CUDA)");
   po::options_description out("Checkpoints and output");
@@ -107,6 +110,11 @@ void print_rank_times(const ddpv::RankReport& s) {
       "the others' median; comm wait %.2f-%.2f s, data wait %.2f-%.2f s\n",
       r.min_s, r.max_s, r.median_s, r.busiest, s.busiest_host.c_str(), 100 * r.above_others,
       comm_lo, comm_hi, data_lo, data_hi);
+  if (!s.batch_split.empty()) {
+    std::printf("balance: the global batch split %s by rank at the end, after %d change%s\n",
+                ddpv::split_text(s.batch_split).c_str(), s.split_changes,
+                s.split_changes == 1 ? "" : "s");
+  }
   if (s.straggler) {
     std::fprintf(stderr, "%s: warning: %s: a slower, throttled or shared node?\n", kProgram,
                  ddpv::straggler_text(s).c_str());

@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <vector>
 
+#include "ddpv/core/log.hpp"
 #include "ddpv/core/rng.hpp"
+#include "ddpv/data/batch_split.hpp"
 
 namespace ddpv {
 namespace {
@@ -17,6 +19,7 @@ class LoaderSource final : public BatchSource {
     loader_.start_epoch(epoch, start_step);
   }
   std::optional<Batch> next() override { return loader_.next(); }
+  void push_split(std::vector<int64_t> sizes) override { loader_.push_split(std::move(sizes)); }
   int64_t steps_per_epoch() const override { return loader_.steps_per_epoch(); }
   int64_t samples_per_epoch() const override { return split_size_; }
 
@@ -34,6 +37,8 @@ LoaderOptions base_options(const ImageStore& store, const TrainOptions& o, int r
   lo.seed = o.seed;
   lo.cache_mb = o.cache_mb;
   lo.allocator = staging;
+  lo.balanced = balanced(o, world);  // Note [Balanced batches]
+  lo.first_split = parse_batch_split(o.batch_split);
   // Small images (28x28) lose too much to a 4-pixel shift; 1/8 of the side, as 4 is of 32.
   lo.augment_options.pad = std::max(1, std::min(store.height(), store.width()) / 8);
   return lo;
@@ -43,21 +48,30 @@ class SyntheticSource final : public BatchSource {
  public:
   SyntheticSource(const SourceShape& s, const TrainOptions& o, int rank, int world,
                   Allocator* staging)
-      : batch_(o.batch_size) {
+      : batch_(o.batch_size), rank_(rank), world_(world), shape_(s) {
     const int64_t global = batch_ * world;
     steps_ = std::max<int64_t>(1, (o.synthetic_size + global - 1) / global);
     samples_ = o.synthetic_size;
-    const Shape image{batch_, s.height, s.width, s.channels};
+    int64_t slot_batch = batch_;
+    if (balanced(o, world)) {  // Note [Balanced batches]
+      std::vector<int64_t> first = parse_batch_split(o.batch_split);
+      if (first.empty()) first = equal_split(world, batch_);
+      check_split(first, world, batch_);
+      splits_.emplace(first, kLookahead);
+      slot_batch =
+          std::max(split_bounds(batch_, world).hi, *std::max_element(first.begin(), first.end()));
+    }
+    const Shape image{slot_batch, s.height, s.width, s.channels};
     for (int k = 0; k < kPool; ++k) {
       Batch b;
       b.images = Tensor::empty(image, DType::kF32, staging);
-      b.labels = Tensor::empty(Shape{batch_}, DType::kI32, staging);
-      b.size = batch_;
+      b.labels = Tensor::empty(Shape{slot_batch}, DType::kI32, staging);
+      b.size = slot_batch;
       Rng rng(derive_key(o.seed, 0x5e7, static_cast<uint64_t>(rank), static_cast<uint64_t>(k)));
       float* x = b.images.data<float>();
       for (int64_t i = 0; i < image.numel(); ++i) x[i] = rng.normal();
       int32_t* y = b.labels.data<int32_t>();
-      for (int64_t i = 0; i < batch_; ++i)
+      for (int64_t i = 0; i < slot_batch; ++i)
         y[i] = static_cast<int32_t>(rng.uniform_int(static_cast<uint32_t>(s.num_classes)));
       pool_.push_back(std::move(b));
     }
@@ -69,20 +83,43 @@ class SyntheticSource final : public BatchSource {
   std::optional<Batch> next() override {
     if (step_ >= steps_) return std::nullopt;
     Batch b = pool_[static_cast<size_t>(step_ % kPool)];
+    int64_t n = batch_;
+    if (splits_) {
+      n = splits_->at(consumed_)[static_cast<size_t>(rank_)];
+      splits_->forget_before(++consumed_);
+    }
+    b.images = Tensor::wrap(b.images.raw(), Shape{n, shape_.height, shape_.width, shape_.channels},
+                            DType::kF32, b.images.device());
+    b.labels = Tensor::wrap(b.labels.raw(), Shape{n}, DType::kI32, b.labels.device());
+    b.size = n;
+    b.global = batch_ * world_;
     b.epoch = epoch_;
     b.step = step_++;
     return b;
+  }
+  void push_split(std::vector<int64_t> sizes) override {
+    DDPV_CHECK(splits_.has_value(), "push_split without --balance (internal)");
+    splits_->push(std::move(sizes));
   }
   int64_t steps_per_epoch() const override { return steps_; }
   int64_t samples_per_epoch() const override { return samples_; }
 
  private:
   static constexpr int kPool = 2;
-  int64_t batch_, steps_ = 1, samples_ = 0, epoch_ = 0, step_ = 0;
+  static constexpr int kLookahead = 2;  // the trainer's pushes run this far ahead
+  int64_t batch_;
+  int rank_, world_;
+  SourceShape shape_;
+  int64_t steps_ = 1, samples_ = 0, epoch_ = 0, step_ = 0, consumed_ = 0;
   std::vector<Batch> pool_;
+  std::optional<SplitQueue> splits_;
 };
 
 }  // namespace
+
+bool balanced(const TrainOptions& o, int world) {
+  return world > 1 && (o.balance || !o.batch_split.empty());
+}
 
 SourceShape synthetic_shape(const std::string& model) {
   if (model == "lenet") return {28, 28, 1, 10};

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "ddpv/data/loader.hpp"
 #include "ddpv/train/options.hpp"
@@ -16,9 +17,15 @@ class BatchSource {
   // Starts `epoch`, skipping its first `start_step` batches (exact resume).
   virtual void start_epoch(int64_t epoch, int64_t start_step) = 0;
   virtual std::optional<Batch> next() = 0;  // nullopt at the end of the epoch
+  // --balance: the split of the next batch to queue (Loader::push_split).
+  virtual void push_split(std::vector<int64_t> sizes) = 0;
   virtual int64_t steps_per_epoch() const = 0;  // this rank's batches per epoch
   virtual int64_t samples_per_epoch() const = 0;  // all ranks' samples (the split's size)
 };
+
+// Whether training batches are slices of a global one (Note [Balanced batches]): --balance or
+// --batch-split on more than one rank.
+bool balanced(const TrainOptions& o, int world);
 
 struct SourceShape {
   int64_t height = 0, width = 0, channels = 0, num_classes = 0;

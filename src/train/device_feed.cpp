@@ -64,7 +64,7 @@ std::optional<DeviceFeed::Ready> DeviceFeed::next() {
     host_only_ = source_.next();
     if (!host_only_) return std::nullopt;
     handed_out_ = true;
-    return Ready{host_only_->images, host_only_->labels, host_only_->size};
+    return Ready{host_only_->images, host_only_->labels, host_only_->size, host_only_->global};
   }
   Slot& slot = slots_[static_cast<size_t>(current_)];
   if (!slot.loaded) load(current_);  // the first batch of the epoch
@@ -74,7 +74,8 @@ std::optional<DeviceFeed::Ready> DeviceFeed::next() {
   const Batch& b = *slot.host;
   const Device d = device_alloc_->device();
   return Ready{Tensor::wrap(slot.images.raw(), b.images.shape(), b.images.dtype(), d),
-               Tensor::wrap(slot.labels.raw(), b.labels.shape(), b.labels.dtype(), d), b.size};
+               Tensor::wrap(slot.labels.raw(), b.labels.shape(), b.labels.dtype(), d), b.size,
+               b.global};
 }
 
 void DeviceFeed::done() {

@@ -39,6 +39,7 @@ class DeviceFeed {
     Tensor images;  // (B, H, W, C) f32 on the device
     Tensor labels;  // (B) i32 on the device
     int64_t size = 0;
+    int64_t global = 0;  // all ranks' samples in this step (Batch::global)
   };
   // The next batch of the epoch, or nullopt at its end. Call done() before the next next().
   std::optional<Ready> next();

@@ -57,6 +57,14 @@ void validate_options(const TrainOptions& o, bool cuda_device) {
   require(o.bucket_mb >= 0, "--bucket-mb must be >= 0 (0: one bucket per tensor)");
   require(one_of(o.mpi_progress, {"thread", "nonblocking"}),
           "--mpi-progress must be thread or nonblocking");
+  const std::vector<int64_t> split = parse_batch_split(o.batch_split);
+  require(split.empty() || !cuda_device,
+          "--batch-split needs the CPU backend: drop it, or run with --device cpu");
+  require(!o.balance || !cuda_device,
+          "--balance needs the CPU backend (a GPU's busy time needs device timers): drop it");
+  require(!o.balance || !o.deterministic,
+          "--balance splits each batch by measured speed, so runs are not bit-reproducible: "
+          "drop --balance or --deterministic");
   require(o.comm_timeout > 0, "--comm-timeout must be positive (seconds)");
   require(o.threads >= 0, "--threads must be >= 0 (0: the node's cores shared among its ranks)");
   require(o.checkpoint_every >= 0, "--checkpoint-every must be >= 0 (0: only at the end)");
@@ -66,6 +74,31 @@ void validate_options(const TrainOptions& o, bool cuda_device) {
   require(o.log_every >= 1, "--log-every must be at least 1");
   require(o.cache_mb >= 0, "--cache-mb must be >= 0");
   require(o.synthetic_size >= 1, "--synthetic-size must be at least 1");
+}
+
+std::vector<int64_t> parse_batch_split(const std::string& text) {
+  std::vector<int64_t> sizes;
+  if (text.empty()) return sizes;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t end = text.find_first_of("/,", pos);
+    const std::string piece = text.substr(pos, end == std::string::npos ? end : end - pos);
+    size_t used = 0;
+    long long n = 0;
+    try {
+      n = std::stoll(piece, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (piece.empty() || used != piece.size() || n < 1) {
+      throw UsageError("--batch-split " + text +
+                       ": give one positive batch size per rank, as in 88/40");
+    }
+    sizes.push_back(n);
+    if (end == std::string::npos) break;
+    pos = end + 1;
+  }
+  return sizes;
 }
 
 int auto_threads(int ranks_on_node) {
@@ -81,22 +114,24 @@ int auto_threads(int ranks_on_node) {
 std::string options_to_config(const TrainOptions& o) {
   std::ostringstream s;
   auto b = [](bool v) { return v ? "true" : "false"; };
-  s << "data = " << o.data << "\ntrain-split = " << o.train_split << "\nval-split = "
-    << o.val_split << "\nsynthetic = " << b(o.synthetic) << "\nsynthetic-size = "
-    << o.synthetic_size << "\nno-augment = " << b(!o.augment) << "\ncache-mb = " << o.cache_mb
+  s << "data = " << o.data << "\ntrain-split = " << o.train_split << "\nval-split = " << o.val_split
+    << "\nsynthetic = " << b(o.synthetic) << "\nsynthetic-size = " << o.synthetic_size
+    << "\nno-augment = " << b(!o.augment) << "\ncache-mb = " << o.cache_mb
     << "\nmodel = " << o.model << "\ndevice = " << o.device << "\nprecision = " << o.precision
     << "\nreduce-dtype = " << o.reduce_dtype << "\nthreads = " << o.threads
-    << "\nepochs = " << o.epochs << "\nmax-steps = " << o.max_steps << "\nrun-steps = " << o.run_steps << "\nbatch-size = "
-    << o.batch_size << "\nlr = " << o.lr << "\nmomentum = " << o.momentum << "\nnesterov = "
-    << b(o.nesterov) << "\nweight-decay = " << o.weight_decay << "\nlr-schedule = "
-    << o.lr_schedule << "\nwarmup-epochs = " << o.warmup_epochs << "\naccum-steps = "
-    << o.accum_steps << "\nseed = " << o.seed << "\ndeterministic = " << b(o.deterministic)
+    << "\nepochs = " << o.epochs << "\nmax-steps = " << o.max_steps
+    << "\nrun-steps = " << o.run_steps << "\nbatch-size = " << o.batch_size << "\nlr = " << o.lr
+    << "\nmomentum = " << o.momentum << "\nnesterov = " << b(o.nesterov)
+    << "\nweight-decay = " << o.weight_decay << "\nlr-schedule = " << o.lr_schedule
+    << "\nwarmup-epochs = " << o.warmup_epochs << "\naccum-steps = " << o.accum_steps
+    << "\nseed = " << o.seed << "\ndeterministic = " << b(o.deterministic)
     << "\nbucket-mb = " << o.bucket_mb << "\nno-overlap = " << b(o.no_overlap)
-    << "\nno-shared-update = " << b(o.no_shared_update)
-    << "\nmpi-progress = " << o.mpi_progress << "\ncomm-timeout = " << o.comm_timeout
-    << "\ncheckpoint-dir = " << o.checkpoint_dir << "\ncheckpoint-every = "
-    << o.checkpoint_every << "\nkeep-checkpoints = " << o.keep_checkpoints
-    << "\nmetrics = " << o.metrics << "\nlog-every = " << o.log_every << "\n";
+    << "\nno-shared-update = " << b(o.no_shared_update) << "\nbalance = " << b(o.balance)
+    << "\nbatch-split = " << o.batch_split << "\nmpi-progress = " << o.mpi_progress
+    << "\ncomm-timeout = " << o.comm_timeout << "\ncheckpoint-dir = " << o.checkpoint_dir
+    << "\ncheckpoint-every = " << o.checkpoint_every
+    << "\nkeep-checkpoints = " << o.keep_checkpoints << "\nmetrics = " << o.metrics
+    << "\nlog-every = " << o.log_every << "\n";
   return s.str();
 }
 

@@ -30,6 +30,8 @@ Trainer::Impl::Impl(const TrainOptions& options, World& w)
   bo.precision = parse_precision(o.precision);
   bo.deterministic = o.deterministic;
   backend = make_backend(bo);
+  if (!o.batch_split.empty())  // on one rank too: a split for another world size is a mistake
+    check_split(parse_batch_split(o.batch_split), world.size(), o.batch_size, "--batch-split");
   open_data();
   make_feeds();
   build_model();
@@ -97,6 +99,8 @@ void Trainer::Impl::build_model() {
                o.checkpoint_dir, ": cannot create it (", ec.message(),
                "); give a writable directory");
   }
+  if (balanced(o, world.size()))  // Note [Balanced batches]
+    balancer.emplace(world.size(), o.batch_size, parse_batch_split(o.batch_split));
   resume();                             // loads on rank 0, or keeps the fresh initialisation
   broadcast_parameters(*model, *comm);  // every rank starts from rank 0's model
   comm->broadcast(model->momentum_data(), static_cast<size_t>(model->param_count()) * sizeof(float),
@@ -137,7 +141,7 @@ void Trainer::Impl::make_update() {
     const std::string summary = model->summary();
     const size_t first = summary.find('\n');
     DDPV_INFO(summary.substr(0, first), "; ", world.size(), " rank(s) x batch ", o.batch_size,
-              (o.accum_steps > 1 ? " x accum " : ""),
+              (balancer ? " (balanced)" : ""), (o.accum_steps > 1 ? " x accum " : ""),
               (o.accum_steps > 1 ? std::to_string(o.accum_steps) : std::string()), "; ", how);
     // Every layer, with the algorithm and the fusions the backend chose (DDPV_LOG_LEVEL=debug).
     DDPV_DEBUG("layers:\n", summary.substr(first + 1));
@@ -170,6 +174,8 @@ void Trainer::Impl::train_step() {
   double loss_sum = 0, correct = 0, samples = 0;
   bool finite = true;
   comm->set_step(step);  // named by the watchdog when a collective hangs
+  const auto t_step = Clock::now();
+  const double waits_before = data_wait + comm_wait;
   for (int k = 0; k < o.accum_steps; ++k) {
     const auto t_data = Clock::now();
     std::optional<DeviceFeed::Ready> batch;
@@ -179,6 +185,7 @@ void Trainer::Impl::train_step() {
     }
     DDPV_CHECK(batch.has_value(), "the data ran out inside epoch ", epoch, " at step ", epoch_step,
                " (internal: steps per epoch disagree)");
+    if (balancer) train_source->push_split(balancer->sizes());  // Note [Balanced batches]
     const Tensor& x = batch->images;
     const Tensor& y = batch->labels;
     data_wait += seconds_since(t_data);
@@ -193,7 +200,11 @@ void Trainer::Impl::train_step() {
       correct += static_cast<double>(r.correct);
       samples += n;
       ensure_tensor(dlogits, logits.shape(), *backend);
-      loss_op->backward(n, y.data<int32_t>(), dlogits.data<float>(), 1.0f / static_cast<float>(n));
+      // The batch's share of the step's mean: 1 / n, or W / G of a balanced split.
+      const float scale = balancer
+                              ? static_cast<float>(world.size()) / static_cast<float>(batch->global)
+                              : 1.0f / static_cast<float>(n);
+      loss_op->backward(n, y.data<int32_t>(), dlogits.data<float>(), scale);
     }
     if (reducer) reducer->set_sync(k == o.accum_steps - 1);
     // The shared update hears of final gradients in the last backward of the step only.
@@ -230,6 +241,8 @@ void Trainer::Impl::train_step() {
   }
   ++step;
   ++epoch_step;
+  balance_busy += seconds_since(t_step) - (data_wait + comm_wait - waits_before);
+  balance_samples += samples;
 
   // Note [One agreement per step]: the stop request, divergence and the step's loss statistics
   // travel in one small allreduce, so all ranks stop after the same step (Note [Stop signals])
@@ -258,6 +271,33 @@ void Trainer::Impl::train_step() {
     }
   }
   if (step % o.log_every == 0) log_step(lr, log_totals.loss(), log_totals.acc());
+  if (balancer && o.balance) balance_step();
+}
+
+// Note [Balanced batches]: the first window starts after the warm-up steps (primitives built,
+// memory touched), then every BatchBalancer::kEvery steps the ranks pool their figures and all
+// decide alike.
+void Trainer::Impl::balance_step() {
+  const int64_t since_warm = step - run_start_step - kWarmupSteps;
+  if (since_warm <= 0 || since_warm % BatchBalancer::kEvery != 0) {
+    if (since_warm == 0) balance_busy = balance_samples = 0;
+    return;
+  }
+  const int n = world.size(), me = world.rank();
+  std::vector<double> rows(static_cast<size_t>(2 * n), 0.0);
+  rows[static_cast<size_t>(2 * me)] = balance_busy;
+  rows[static_cast<size_t>(2 * me + 1)] = balance_samples;
+  world.allreduce_sum(rows.data(), 2 * n);
+  balance_busy = balance_samples = 0;
+  std::vector<double> busy(static_cast<size_t>(n)), samples(static_cast<size_t>(n));
+  for (size_t r = 0; r < busy.size(); ++r) {
+    busy[r] = rows[2 * r];
+    samples[r] = rows[2 * r + 1];
+  }
+  if (balancer->decide(busy, samples) && world.is_root()) {
+    DDPV_DEBUG("balance: step ", step, ": split ", split_text(balancer->sizes()),
+               " for the batches after those already queued");
+  }
 }
 
 TrainSummary Trainer::Impl::run() {

@@ -16,6 +16,7 @@
 #include "ddpv/train/metrics.hpp"
 #include "ddpv/train/schedule.hpp"
 #include "ddpv/train/trainer.hpp"
+#include "train/balancer.hpp"
 #include "train/batch_source.hpp"
 #include "train/console.hpp"
 #include "train/device_feed.hpp"
@@ -79,6 +80,11 @@ struct Trainer::Impl {
   SgdConfig sgd;
   std::optional<LrSchedule> schedule;
   Tensor dlogits;
+  // Note [Balanced batches]: with --balance on more than one rank; the busy seconds and samples
+  // of this rank since the balancer's last decision.
+  std::optional<BatchBalancer> balancer;
+  double balance_busy = 0, balance_samples = 0;
+  void balance_step();
 
   // position
   int64_t epoch = 0;          // the current epoch (epochs completed before it)

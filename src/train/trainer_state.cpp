@@ -27,6 +27,11 @@ void add_rank_report(JsonRecord& record, const RankReport& ranks) {
       .add("busiest_rank", ranks.spread.busiest)
       .add("busiest_host", ranks.busiest_host)
       .add("straggler", ranks.straggler);
+  if (!ranks.batch_split.empty()) {
+    record
+        .add("batch_split", std::vector<double>(ranks.batch_split.begin(), ranks.batch_split.end()))
+        .add("split_changes", static_cast<int64_t>(ranks.split_changes));
+  }
 }
 
 }  // namespace
@@ -223,6 +228,10 @@ RankReport Trainer::Impl::pool_rank_times(const RankTimes& mark, int64_t steps) 
   if (me == report.spread.busiest) world.host().copy(host, sizeof(host) - 1);
   world.broadcast_bytes(host, sizeof(host), report.spread.busiest);
   report.busiest_host = host;
+  if (balancer) {
+    report.batch_split = balancer->sizes();
+    report.split_changes = balancer->changes();
+  }
   return report;
 }
 

@@ -37,6 +37,9 @@ class PoisoningSource final : public BatchSource {
     epoch_ = epoch;
     step_ = start_step;
   }
+  void push_split(std::vector<int64_t> /*sizes*/) override {
+    ADD_FAILURE() << "push_split without --balance";
+  }
   std::optional<Batch> next() override {
     if (step_ >= steps_per_epoch()) return std::nullopt;
     const int64_t n = std::min(batch_, samples_ - step_ * batch_);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace ddpv {
 
@@ -41,6 +42,8 @@ struct TrainOptions {
   double bucket_mb = 25;
   bool no_overlap = false;
   bool no_shared_update = false;    // CPU: Note [Shared update]
+  bool balance = false;             // CPU: Note [Balanced batches]
+  std::string batch_split;          // CPU: "88/40", each rank's batch (Note [Balanced batches])
   std::string mpi_progress = "nonblocking";  // nonblocking | thread (Note [Communication thread])
   double comm_timeout = 600;        // seconds (CUDA watchdog)
   // output and checkpoints
@@ -69,6 +72,10 @@ void validate_options(const TrainOptions& o, bool cuda_device);
 // 2-core node runs 1 thread per rank, a single rank uses every core, and under Slurm the mask
 // already holds the task's --cpus-per-task CPUs.
 int auto_threads(int ranks_on_node);
+
+// --batch-split "88/40" (or "88,40"): one positive size per rank; throws a UsageError naming
+// the option otherwise. Empty for "".
+std::vector<int64_t> parse_batch_split(const std::string& text);
 
 // One "key = value" line per option, as a config file takes them (stored in checkpoints).
 std::string options_to_config(const TrainOptions& o);

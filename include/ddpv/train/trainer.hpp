@@ -44,6 +44,10 @@ struct RankReport {
   RankSpread spread;               // rank_spread(by_rank)
   std::string busiest_host;        // the host of spread.busiest
   bool straggler = false;          // the busiest rank held the others back
+  // --balance (Note [Balanced batches]): the split of the global batch by rank at the end, and
+  // how many times it changed; empty and 0 without.
+  std::vector<int64_t> batch_split;
+  int split_changes = 0;
 };
 // "rank 1 on node17 was busy 33% longer than the other ranks' median, and every step they
 // waited for it": the straggler warning's text, for the epoch's and the run's.

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Note [Balanced batches] end to end (mpirun, CPU).
+# 1. Uneven splits learn what one rank with the whole global batch learns: 1 rank x 128 is the
+#    reference; 2 ranks split 88/40 (allreduce) and 4 ranks split 16/48/24/40 (shared update)
+#    must give its step losses, across an epoch's short last step (600 samples: steps of 128,
+#    then 88) and into the next epoch. One update apart, the runs differ only in the order of
+#    float sums (<= 1e-5 on the loss); later, a max-pool window whose two largest values swap
+#    under that rounding routes one gradient elsewhere and the runs drift apart slowly (about
+#    2e-5 by step 10 here, measured). Averaging the ranks' mean gradients instead of taking the
+#    global batch's mean (the plain 1 / n loss scale) is off by 7e-4 after one update and by
+#    1e-2 at step 10, so the bounds below tell the two apart.
+# 2. A checkpoint taken under one split resumes exactly under another.
+# 3. --balance: with one rank made slower on purpose (its convolutions on oneDNN's direct
+#    kernels, DDPV_CPU_CONV=direct: about twice lenet's step), the split moves samples away
+#    from it and evens out the ranks' busy times.
+# 4. Bad splits: one line naming the option, non-zero exit, no hang.
+source "$(dirname "$0")/lib.sh"
+make_store "$WORK" --train 600 --test 100
+common=(--data "$WORK/tiny.h5" --model lenet --device cpu --threads 1 --val-split none
+        --no-progress --lr 0.02 --lr-schedule constant --log-every 1 --seed 3 --epochs 100)
+train() {  # name ranks args...: output in $WORK/name.log, metrics in $WORK/name.jsonl
+  local name=$1 np=$2; shift 2
+  timeout 300 "${DDPV_MPIRUN:-mpirun}" -np "$np" "${MPIRUN_ARGS[@]}" "$BIN/ddpv-train" "${common[@]}" \
+    --metrics "$WORK/$name.jsonl" "$@" >"$WORK/$name.log" 2>&1 ||
+    { cat "$WORK/$name.log"; fail "run $name failed"; }
+}
+# same_losses NAME FIRST: NAME's step losses from step FIRST on against the reference's.
+same_losses() {
+  "$PY" - "$WORK/ref.jsonl" "$WORK/$1.jsonl" "$2" <<'PYEOF' || fail "$1: step losses differ from one rank's global batch"
+import json, sys
+def losses(path):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(path)) if r.get("event") == "step"}
+ref, got, first = losses(sys.argv[1]), losses(sys.argv[2]), int(sys.argv[3])
+steps = [k for k in sorted(ref) if k >= first]
+assert steps and all(k in got for k in steps), (sorted(ref), sorted(got))
+for k in steps:
+    bound = 1e-5 if k <= first + 1 else 2e-4
+    assert abs(got[k] - ref[k]) <= bound, f"step {k}: {got[k]} against {ref[k]} (bound {bound})"
+print(sys.argv[2], "max diff", max(abs(got[k] - ref[k]) for k in steps))
+PYEOF
+}
+
+train ref 1 --batch-size 128 --max-steps 10
+train two 2 --batch-size 64 --batch-split 88/40 --no-shared-update --max-steps 10
+same_losses two 1
+train four 4 --batch-size 32 --batch-split 16/48/24/40 --max-steps 10
+same_losses four 1
+grep -q "batch 32 (balanced)" "$WORK/four.log" || { cat "$WORK/four.log"; fail "four: not balanced"; }
+grep -q "^balance: the global batch split 16/48/24/40 by rank at the end, after 0 changes" \
+  "$WORK/four.log" || { cat "$WORK/four.log"; fail "four: no balance line"; }
+[ "$(json_field "$WORK/four.jsonl" summary batch_split)" = "[16, 48, 24, 40]" ] ||
+  fail "four: the summary's batch_split"
+
+# 2. Three steps under 40/88, then the rest under 88/40 from the checkpoint.
+train part 2 --batch-size 64 --batch-split 40/88 --max-steps 10 --run-steps 3 \
+  --checkpoint-dir "$WORK/ckpt"
+train rest 2 --batch-size 64 --batch-split 88/40 --max-steps 10 --checkpoint-dir "$WORK/ckpt" \
+  --resume auto
+same_losses rest 4
+
+# 3. --balance against a slow rank, on synthetic data: three fast ranks and one slow, shared
+#    update; then one of each, slow first, allreduce.
+balanced() {  # name fast slow order args...
+  local name=$1 fast=$2 slow=$3 order=$4; shift 4
+  local args=(--synthetic --model lenet --device cpu --threads 1 --no-progress --log-every 1000
+              --synthetic-size 100000 --metrics "$WORK/$name.jsonl" "$@")
+  local f=(-np "$fast" "$BIN/ddpv-train" "${args[@]}")
+  local s=(-np "$slow" env DDPV_CPU_CONV=direct "$BIN/ddpv-train" "${args[@]}")
+  if [ "$order" = fast-first ]; then set -- "${f[@]}" : "${s[@]}"; else set -- "${s[@]}" : "${f[@]}"; fi
+  timeout 300 "${DDPV_MPIRUN:-mpirun}" "${MPIRUN_ARGS[@]}" "$@" >"$WORK/$name.log" 2>&1 ||
+    { cat "$WORK/$name.log"; fail "run $name failed"; }
+}
+# moved NAME SLOW: the slow rank ended with the smallest share, after at least one change.
+moved() {
+  "$PY" - "$WORK/$1.jsonl" "$2" <<'PYEOF' || { cat "$WORK/$1.log"; fail "$1: the split did not follow the slow rank"; }
+import json, sys
+s = [r for r in map(json.loads, open(sys.argv[1])) if r.get("event") == "summary"][-1]
+split, slow = s["batch_split"], int(sys.argv[2])
+assert sum(split) == s["global_batch"], s
+assert s["split_changes"] >= 1, s
+assert split[slow] < min(n for r, n in enumerate(split) if r != slow), split
+print(sys.argv[1], "split", split, "busy", s["rank_busy_s"])
+PYEOF
+}
+balanced four-balanced 3 1 fast-first --batch-size 32 --max-steps 120 --balance
+moved four-balanced 3
+balanced two-even 1 1 slow-first --batch-size 64 --max-steps 150 --no-shared-update
+balanced two-balanced 1 1 slow-first --batch-size 64 --max-steps 150 --no-shared-update --balance
+moved two-balanced 0
+# The slow rank's busy time over the fast one's: about 2 with the even split, and close to 1
+# once balanced (the first 20 steps or so still run even).
+"$PY" - "$WORK/two-even.jsonl" "$WORK/two-balanced.jsonl" <<'PYEOF' || fail "--balance did not even out the busy times"
+import json, sys
+def ratio(path):
+    s = [r for r in map(json.loads, open(path)) if r.get("event") == "summary"][-1]
+    busy = s["rank_busy_s"]
+    return busy[0] / busy[1], s["images_per_s"]
+(even, even_rate), (bal, bal_rate) = ratio(sys.argv[1]), ratio(sys.argv[2])
+print(f"slow / fast busy: even {even:.2f}, balanced {bal:.2f}; images/s {even_rate:.0f} -> {bal_rate:.0f}")
+assert even > 1.4 and bal < 0.8 * even, (even, bal)
+PYEOF
+grep -q "^balance: the global batch split [0-9]\+/[0-9]\+ by rank at the end, after [1-9][0-9]* change" \
+  "$WORK/two-balanced.log" || { cat "$WORK/two-balanced.log"; fail "two-balanced: no balance line"; }
+
+# 4. Bad input.
+bad() {  # expected-exit message-pattern args...
+  local want=$1 pattern=$2 rc=0; shift 2
+  timeout 120 "${DDPV_MPIRUN:-mpirun}" -np 2 "${MPIRUN_ARGS[@]}" "$BIN/ddpv-train" "${common[@]}" \
+    --max-steps 2 "$@" >"$WORK/bad.log" 2>&1 || rc=$?
+  [ $rc = "$want" ] || { cat "$WORK/bad.log"; fail "$*: exit $rc, not $want"; }
+  grep -q "$pattern" "$WORK/bad.log" || { cat "$WORK/bad.log"; fail "$*: no message '$pattern'"; }
+}
+bad 1 "ddpv-train: rank 0 on .*: --batch-split 88/41: give one size per rank (2), each at least 1, summing to 128" \
+  --batch-size 64 --batch-split 88/41
+bad 1 "ddpv-train: rank 0 on .*: --batch-split 40/40/48: give one size per rank (2)" \
+  --batch-size 64 --batch-split 40/40/48
+bad 2 "ddpv-train: --batch-split 88/4x: give one positive batch size per rank" --batch-split 88/4x
+bad 2 "ddpv-train: --batch-split 128/0: give one positive" --batch-split 128/0
+bad 2 "ddpv-train: --balance splits each batch by measured speed" --balance --deterministic
+[ ! -e "$WORK/ckpt-bad" ] || fail "a failed start left files behind"
+echo "balance_test: ok"
