@@ -18,7 +18,7 @@ namespace ddpv {
 class BatchBalancer {
  public:
   static constexpr int kEvery = 10;      // steps per decision
-  static constexpr double kGain = 0.03;  // the least gain in step time worth a change
+  static constexpr double kGain = 0.05;  // the least gain in step time worth a change
 
   // `first`: the split to start from (--batch-split); empty for batch each.
   BatchBalancer(int world, int64_t batch, std::vector<int64_t> first);

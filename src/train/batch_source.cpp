@@ -37,8 +37,6 @@ LoaderOptions base_options(const ImageStore& store, const TrainOptions& o, int r
   lo.seed = o.seed;
   lo.cache_mb = o.cache_mb;
   lo.allocator = staging;
-  lo.balanced = balanced(o, world);  // Note [Balanced batches]
-  lo.first_split = parse_batch_split(o.batch_split);
   // Small images (28x28) lose too much to a 4-pixel shift; 1/8 of the side, as 4 is of 32.
   lo.augment_options.pad = std::max(1, std::min(store.height(), store.width()) / 8);
   return lo;
@@ -133,6 +131,8 @@ std::unique_ptr<BatchSource> make_train_source(const ImageStore& store, const Tr
   lo.split = o.train_split;
   lo.shuffle = true;
   lo.augment = o.augment;
+  lo.balanced = balanced(o, world);  // Note [Balanced batches]; evaluation stays unpadded
+  lo.first_split = parse_batch_split(o.batch_split);
   return std::make_unique<LoaderSource>(store, std::move(lo), store.split_size(o.train_split));
 }
 

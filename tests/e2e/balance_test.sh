@@ -16,7 +16,8 @@
 # 4. Bad splits: one line naming the option, non-zero exit, no hang.
 source "$(dirname "$0")/lib.sh"
 make_store "$WORK" --train 600 --test 100
-common=(--data "$WORK/tiny.h5" --model lenet --device cpu --threads 1 --val-split none
+# Each epoch ends with an evaluation of the test split, which stays one unpadded shard per rank.
+common=(--data "$WORK/tiny.h5" --model lenet --device cpu --threads 1
         --no-progress --lr 0.02 --lr-schedule constant --log-every 1 --seed 3 --epochs 100)
 train() {  # name ranks args...: output in $WORK/name.log, metrics in $WORK/name.jsonl
   local name=$1 np=$2; shift 2
@@ -43,6 +44,8 @@ PYEOF
 train ref 1 --batch-size 128 --max-steps 10
 train two 2 --batch-size 64 --batch-split 88/40 --no-shared-update --max-steps 10
 same_losses two 1
+[ "$(json_field "$WORK/two.jsonl" epoch val_acc)" = "$(json_field "$WORK/ref.jsonl" epoch val_acc)" ] ||
+  fail "two: the evaluation after epoch 2 differs from one rank's"
 train four 4 --batch-size 32 --batch-split 16/48/24/40 --max-steps 10
 same_losses four 1
 grep -q "batch 32 (balanced)" "$WORK/four.log" || { cat "$WORK/four.log"; fail "four: not balanced"; }
