@@ -6,7 +6,9 @@ the raw results that scripts/bench.sh leaves in one directory:
     ours-{model}-pair-r{round}-{a,b}.jsonl two independent 1-rank runs at once (optional)
     torch-{model}-w{ranks}-r{round}.json   bench/peer/torch_ddp.py of the same configuration
     sgemm-t{threads}-r{round}.log          model_bench --sgemm-only
-    ours-fmnist.jsonl, torch-fmnist.json   the time-to-accuracy runs (optional)
+    ours-fmnist-r{round}.jsonl, torch-fmnist-r{round}.json
+                                           the time-to-accuracy runs (optional)
+    ours-balanced-fmnist-r{round}.jsonl    ours again, with --balance (optional)
     meta.json                              date, machine, versions, step counts
 
     report.py RAW_DIR --md latest.md --png latest.png [--docs docs/performance.md]
@@ -148,8 +150,9 @@ def collect(raw):
 
 
 def time_to_target(raw):
-    """(ours, theirs): for each side that ran, its rounds in order, each {'hit': the first epoch
-    at the target ({'epoch', 'elapsed_s'}) or None, 'trace': the accuracy trace}."""
+    """(ours, theirs, balanced): for each side that ran, its rounds in order, each {'hit': the
+    first epoch at the target ({'epoch', 'elapsed_s'}) or None, 'trace': the accuracy trace};
+    balanced is ours under --balance (Note [Balanced batches] in ddpv-train)."""
     def rounds(pattern):
         files = glob.glob(os.path.join(raw, pattern))
         return sorted(files, key=round_of)
@@ -157,17 +160,21 @@ def time_to_target(raw):
     def hit(trace):
         return next((t for t in trace if (t["val_acc"] or 0) >= TARGET_ACC), None)
 
-    ours = []
-    for p in rounds("ours-fmnist-r*.jsonl"):
-        trace = [{"epoch": r["epoch"], "val_acc": r["val_acc"], "elapsed_s": r["elapsed_s"],
-                  "busy_gap": above_others(r.get("rank_busy_s"))}
-                 for r in read_jsonl(p) if r.get("event") == "epoch"]
-        ours.append({"hit": hit(trace), "trace": trace})
+    def ours_side(pattern):
+        side = []
+        for p in rounds(pattern):
+            trace = [{"epoch": r["epoch"], "val_acc": r["val_acc"], "elapsed_s": r["elapsed_s"],
+                      "busy_gap": above_others(r.get("rank_busy_s")),
+                      "split": r.get("batch_split")}
+                     for r in read_jsonl(p) if r.get("event") == "epoch"]
+            side.append({"hit": hit(trace), "trace": trace})
+        return side or None
     theirs = []
     for p in rounds("torch-fmnist-r*.json"):
         r = json.load(open(p))
         theirs.append({"hit": hit(r["trace"]), "trace": r["trace"], "format": r["format"]})
-    return ours or None, theirs or None
+    return (ours_side("ours-fmnist-r*.jsonl"), theirs or None,
+            ours_side("ours-balanced-fmnist-r*.jsonl"))
 
 
 def ratio_row(name, ours_vals, their_vals, target):
@@ -262,9 +269,10 @@ def tta_seconds(side):
     return [r["hit"]["elapsed_s"] for r in side]
 
 
-def tta_row(ours, theirs, meta):
+def tta_row(ours, theirs, meta, balanced=False):
     """The time-to-accuracy row: each side's median over rounds (min-max), and the ratio of the
-    medians; a side that missed the target in any round has no time."""
+    medians; a side that missed the target in any round has no time. balanced: the row of our
+    --balance runs, which shows no target (the target is judged on the default)."""
     def cell(side):
         if side is None:
             return "not run"
@@ -292,12 +300,15 @@ def tta_row(ours, theirs, meta):
         met = ("n/a (neither reached it)" if not o and not t
                else "no" if not o else "yes (PyTorch did not reach it)")
     rounds = len(ours or theirs or [])
-    return [f"time to 91% test accuracy, Fashion-MNIST, lenet, 2 ranks (<= {meta['tta_epochs']} "
-            f"epochs, median of {rounds} round{'s' if rounds != 1 else ''})", cell(ours),
-            cell(theirs), ratio, "<= 0.33x", met]
+    name = (f"time to 91% test accuracy, Fashion-MNIST, lenet, 2 ranks (<= {meta['tta_epochs']} "
+            f"epochs, median of {rounds} round{'s' if rounds != 1 else ''})")
+    if balanced:
+        return [name.replace("2 ranks", "2 ranks, ours with --balance"), cell(ours),
+                cell(theirs), ratio, "", ""]
+    return [name, cell(ours), cell(theirs), ratio, "<= 0.33x", met]
 
 
-def markdown(rows, res, peak1, peak, ours_tta, theirs_tta, meta):
+def markdown(rows, res, peak1, peak, ours_tta, theirs_tta, balanced_tta, meta):
     head = ["figure", "ddpvision", "PyTorch DDP (best format)", "ours / PyTorch", "target", "met"]
     out = []
     if meta.get("quick"):
@@ -336,19 +347,24 @@ def markdown(rows, res, peak1, peak, ours_tta, theirs_tta, meta):
                  for f in ("nchw", "channels_last")]
         out.append(f"| {m}, {w} rank{'s' if w > 1 else ''} | {cells[0]} | {cells[1]} |")
     out.append("")
-    for name, side in (("ddpvision", ours_tta), ("PyTorch", theirs_tta)):
+    def note(t):  # the busier rank's lead, and the split under --balance
+        parts = [f"+{percent(t['busy_gap'])}"] if t.get("busy_gap") is not None else []
+        if t.get("split"):
+            parts.append("split " + "/".join(str(n) for n in t["split"]))
+        return f" ({'; '.join(parts)})" if parts else ""
+    for name, side in (("ddpvision", ours_tta), ("ddpvision --balance", balanced_tta),
+                       ("PyTorch", theirs_tta)):
         for i, run in enumerate(side or []):
             trace = ", ".join(f"{t['epoch']}: {100 * (t['val_acc'] or 0):.2f}% at "
-                              f"{t['elapsed_s']:.0f} s"
-                              + (f" (+{percent(t['busy_gap'])})"
-                                 if t.get("busy_gap") is not None else "")
-                              for t in run["trace"])
+                              f"{t['elapsed_s']:.0f} s{note(t)}" for t in run["trace"])
             out.append(f"- Fashion-MNIST trace, {name}"
                        f"{' (' + run['format'] + ')' if 'format' in run else ''}, round "
                        f"{i + 1}: {trace}")
     if any(t.get("busy_gap") is not None for run in ours_tta or [] for t in run["trace"]):
         out.append("\n(+n% in our traces: how much longer the busier rank worked than the other "
-                   "in that epoch, from the epoch records' `rank_busy_s`.)")
+                   "in that epoch, from the epoch records' `rank_busy_s`; split a/b under "
+                   "--balance: how the global batch of 128 was split between rank 0 and rank 1 "
+                   "at the end of that epoch.)")
     out.append("")
     out.append(f"Versions: {meta['ddpv']}, oneDNN {meta['onednn']}, PyTorch {meta['torch']} "
                f"(gloo; BLAS {res['blas']}), {meta['mpi']}, {meta['cxx']}, "
@@ -448,15 +464,17 @@ def main(argv):
     meta = json.load(open(os.path.join(a.raw, "meta.json")))
     res = collect(a.raw)
     rows, chart, peak1, peak = build_table(res, meta)
-    ours_tta, theirs_tta = time_to_target(a.raw)
+    ours_tta, theirs_tta, balanced_tta = time_to_target(a.raw)
     if not meta.get("skip_tta"):
         rows.append(tta_row(ours_tta, theirs_tta, meta))
+        if balanced_tta:
+            rows.append(tta_row(balanced_tta, theirs_tta, meta, balanced=True))
         o, t = tta_seconds(ours_tta), tta_seconds(theirs_tta)
         if o and t:
             chart["tta"] = (statistics.median(o), statistics.median(t))
         elif ours_tta or theirs_tta:
             chart["tta"] = "the target not reached\nin every round"
-    md = markdown(rows, res, peak1, peak, ours_tta, theirs_tta, meta)
+    md = markdown(rows, res, peak1, peak, ours_tta, theirs_tta, balanced_tta, meta)
     with open(a.md, "w") as f:
         f.write("# ddpvision vs PyTorch DDP (`make bench`)\n\n" + md)
     chart_png(chart, a.png, f"ddpvision vs PyTorch DDP, {meta['cpu']}, {meta['date']}"
