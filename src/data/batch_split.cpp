@@ -79,7 +79,7 @@ std::vector<int64_t> shrink_split(const std::vector<int64_t>& sizes, int64_t tot
   const int64_t full = split_total(sizes);
   DDPV_CHECK(total >= w && total <= full, "an epoch's last step of ", total, " samples for ", w,
              " ranks (internal)");
-  std::vector<int64_t> out(sizes.size(), 1);
+  std::vector<int64_t> out(sizes.size());
   std::vector<double> ideal(sizes.size());
   const int64_t rest = total - w;
   for (size_t r = 0; r < sizes.size(); ++r) {

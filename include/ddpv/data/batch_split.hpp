@@ -22,9 +22,10 @@ namespace ddpv {
 // that the loader thread can prepare batches ahead without ever guessing a split.
 
 // The splits --balance may choose for a per-rank batch B: multiples of `quantum` (B / 8
-// rounded down to a power of two, and dividing B: each size the backend has not seen costs it
-// new primitives and buffers, a few steps' time for resnet20) from lo (B / 4, at least one quantum)
-// to hi (2 B, less what the other ranks need at lo). A Loader's slots hold hi samples.
+// rounded down to a power of two, and dividing B: each size the backend has not seen costs
+// it new primitives and buffers, a few steps' time for resnet20) from lo (B / 4, at least
+// one quantum) to hi (2 B, less what the other ranks need at lo). A Loader's slots hold hi
+// samples.
 struct SplitBounds {
   int64_t quantum = 1, lo = 1, hi = 1;
 };
