@@ -23,6 +23,16 @@ std::vector<int64_t> equal_split(int world, int64_t batch) {
   return std::vector<int64_t>(static_cast<size_t>(world), batch);
 }
 
+std::vector<int64_t> first_split(const std::vector<int64_t>& given, int world, int64_t batch) {
+  if (given.empty()) return equal_split(world, batch);
+  check_split(given, world, batch);
+  return given;
+}
+
+int64_t split_capacity(const std::vector<int64_t>& first, int world, int64_t batch) {
+  return std::max(split_bounds(batch, world).hi, *std::max_element(first.begin(), first.end()));
+}
+
 int64_t split_offset(const std::vector<int64_t>& sizes, int rank) {
   return std::accumulate(sizes.begin(), sizes.begin() + rank, int64_t{0});
 }

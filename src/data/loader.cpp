@@ -198,12 +198,9 @@ Loader::Loader(const ImageStore& store, LoaderOptions options)
   int64_t slot_batch = o.batch_size;
   if (o.balanced) {
     DDPV_CHECK(!o.unpadded, "a balanced loader serves training, not evaluation (internal)");
-    std::vector<int64_t> first = o.first_split;
-    if (first.empty()) first = equal_split(o.world_size, o.batch_size);
-    check_split(first, o.world_size, o.batch_size);
+    const std::vector<int64_t> first = first_split(o.first_split, o.world_size, o.batch_size);
     s.splits.emplace(first, num_slots);
-    slot_batch = std::max(split_bounds(o.batch_size, o.world_size).hi,
-                          *std::max_element(first.begin(), first.end()));
+    slot_batch = split_capacity(first, o.world_size, o.batch_size);
   }
   for (int i = 0; i < num_slots; ++i) {
     s.slots.push_back(

@@ -5,12 +5,10 @@
 
 namespace ddpv {
 
-BatchBalancer::BatchBalancer(int world, int64_t batch, std::vector<int64_t> first)
+BatchBalancer::BatchBalancer(int world, int64_t batch, const std::vector<int64_t>& first)
     : bounds_(split_bounds(batch, world)),
       global_(batch * world),
-      sizes_(first.empty() ? equal_split(world, batch) : std::move(first)) {
-  check_split(sizes_, world, batch);
-}
+      sizes_(first_split(first, world, batch)) {}
 
 bool BatchBalancer::decide(const std::vector<double>& busy_s, const std::vector<double>& samples) {
   DDPV_CHECK(busy_s.size() == sizes_.size() && samples.size() == sizes_.size(),

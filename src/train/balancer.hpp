@@ -21,7 +21,7 @@ class BatchBalancer {
   static constexpr double kGain = 0.05;  // the least gain in step time worth a change
 
   // `first`: the split to start from (--batch-split); empty for batch each.
-  BatchBalancer(int world, int64_t batch, std::vector<int64_t> first);
+  BatchBalancer(int world, int64_t batch, const std::vector<int64_t>& first);
   const std::vector<int64_t>& sizes() const { return sizes_; }
   const std::vector<double>& rates() const { return rates_; }  // samples per busy second
   int changes() const { return changes_; }

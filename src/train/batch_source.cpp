@@ -52,12 +52,10 @@ class SyntheticSource final : public BatchSource {
     samples_ = o.synthetic_size;
     int64_t slot_batch = batch_;
     if (balanced(o, world)) {  // Note [Balanced batches]
-      std::vector<int64_t> first = parse_batch_split(o.batch_split);
-      if (first.empty()) first = equal_split(world, batch_);
-      check_split(first, world, batch_);
+      const std::vector<int64_t> first =
+          first_split(parse_batch_split(o.batch_split), world, batch_);
       splits_.emplace(first, kLookahead);
-      slot_batch =
-          std::max(split_bounds(batch_, world).hi, *std::max_element(first.begin(), first.end()));
+      slot_batch = split_capacity(first, world, batch_);
     }
     const Shape image{slot_batch, s.height, s.width, s.channels};
     for (int k = 0; k < kPool; ++k) {

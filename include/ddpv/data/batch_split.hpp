@@ -33,6 +33,11 @@ SplitBounds split_bounds(int64_t batch, int world);
 
 // Rank r's batch at step t is sizes[r] samples from position t*G + split_offset(sizes, r).
 std::vector<int64_t> equal_split(int world, int64_t batch);
+// The split to start from: `given` (--batch-split) checked, or batch each when it is empty.
+std::vector<int64_t> first_split(const std::vector<int64_t>& given, int world, int64_t batch);
+// The most samples one rank's batch can hold from `first` on: split_bounds().hi, or more for
+// a larger first split.
+int64_t split_capacity(const std::vector<int64_t>& first, int world, int64_t batch);
 int64_t split_offset(const std::vector<int64_t>& sizes, int rank);
 int64_t split_total(const std::vector<int64_t>& sizes);
 std::string split_text(const std::vector<int64_t>& sizes);  // "40/88"
