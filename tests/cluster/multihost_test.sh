@@ -5,6 +5,8 @@
 # TCP over the veth links only. Trains a few deterministic lenet steps on HOSTS x 2 ranks and
 # checks that the parameters equal those of the same world size on one host (both through the
 # shared update: one model per host, slices allreduced across hosts in the multi-host run).
+# Then the same with an uneven split of each global batch (--batch-split, Note [Balanced
+# batches]): ranks of different batch sizes, their slices summed across hosts.
 # Needs root (ip netns). Exit 77 = skipped. The setup is described in docs/cluster.md.
 set -euo pipefail
 
@@ -79,22 +81,36 @@ train=("$bin/ddpv-train" --synthetic --synthetic-size 512 --model lenet --device
        --log-every 1)
 
 # Reference: all ranks on this host, shared-memory transport, the way the tests run mpirun.
-timeout 300 mpirun -np "$world" --oversubscribe --bind-to none \
-  --mca btl_vader_single_copy_mechanism none \
-  "${train[@]}" --checkpoint-dir "$tmp/single" --metrics "$tmp/single.jsonl" \
-  >"$tmp/single.log" 2>&1 || { cat "$tmp/single.log"; fail "the single-host run failed"; }
-log "single host: $world ranks done"
+# Uneven: each pair of ranks splits its 16 samples 2 + 14 (rank 0 with 2, rank 1 with 14, ...).
+split=$(for ((r = 0; r < world; r++)); do echo $(( r % 2 ? 14 : 2 )); done | paste -sd/ -)
+single() {  # name, then more ddpv-train arguments
+  local name=$1; shift
+  timeout 300 mpirun -np "$world" --oversubscribe --bind-to none \
+    --mca btl_vader_single_copy_mechanism none \
+    "${train[@]}" --checkpoint-dir "$tmp/$name" --metrics "$tmp/$name.jsonl" "$@" \
+    >"$tmp/$name.log" 2>&1 || { cat "$tmp/$name.log"; fail "the single-host run $name failed"; }
+}
+single single
+single single-split --batch-split "$split"
+log "single host: $world ranks done, even and split $split"
 
 # Multi-host: mpirun runs on h0 (like a login to the first node of an allocation); ranks on
 # other hosts are started by the agent. TCP only (no shared memory between "hosts"), and only
 # over eth0, the veth link, for both MPI messages (btl) and the runtime's own wiring (oob).
-timeout 300 "$tmp/netns-agent.sh" "$(addr_of 0)" \
-  mpirun -np "$world" --hostfile "$tmp/hostfile" --bind-to none \
-  --mca plm_rsh_agent "$tmp/netns-agent.sh" \
-  --mca btl tcp,self --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
-  "${train[@]}" --checkpoint-dir "$tmp/multi" --metrics "$tmp/multi.jsonl" \
-  >"$tmp/multi.log" 2>&1 || { cat "$tmp/multi.log"; fail "the multi-host run failed"; }
-log "multi host: $world ranks on $hosts hosts done"
+multi() {  # name, then more ddpv-train arguments
+  local name=$1; shift
+  timeout 300 "$tmp/netns-agent.sh" "$(addr_of 0)" \
+    mpirun -np "$world" --hostfile "$tmp/hostfile" --bind-to none \
+    --mca plm_rsh_agent "$tmp/netns-agent.sh" \
+    --mca btl tcp,self --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
+    "${train[@]}" --checkpoint-dir "$tmp/$name" --metrics "$tmp/$name.jsonl" "$@" \
+    >"$tmp/$name.log" 2>&1 || { cat "$tmp/$name.log"; fail "the multi-host run $name failed"; }
+}
+multi multi
+multi multi-split --batch-split "$split"
+grep -q "^balance: the global batch split $split by rank" "$tmp/multi-split.log" ||
+  { cat "$tmp/multi-split.log"; fail "the split run did not report its split $split"; }
+log "multi host: $world ranks on $hosts hosts done, even and split"
 # Note [Rank times]: the busiest rank's host comes from that rank, across nodes. Ranks fill the
 # hosts in order, $per_host each, so rank r runs on h(r / $per_host).
 line=$(grep "^ranks: busy" "$tmp/multi.log") || { cat "$tmp/multi.log"; fail "no ranks line"; }
@@ -108,7 +124,8 @@ grep -q "shared update ($per_host ranks per node x $hosts nodes" "$tmp/multi.log
   { cat "$tmp/multi.log"; fail "the multi-host run did not take the shared update across nodes"; }
 
 # ---- the check -----------------------------------------------------------------------------
-$py - "$tmp/single" "$tmp/multi" "$world" <<'EOF'
+compare() {  # dir dir tolerance (relative, element by element)
+$py - "$1" "$2" "$world" "$3" <<'EOF'
 import os, sys, h5py, numpy as np
 def open_latest(d):
     return h5py.File(os.path.join(d, open(os.path.join(d, "latest")).read().strip()), "r")
@@ -130,11 +147,15 @@ with open_latest(sys.argv[1]) as a, open_latest(sys.argv[2]) as b:
             worst, worst_name = d, n
     print(f"{len(names)} tensors at step {int(a.attrs['step'])}: "
           f"{'bitwise equal' if exact else f'max relative difference {worst:.2e} ({worst_name})'}")
-    # Same reduction order on both transports, so equality is expected; a small tolerance
-    # keeps the test meaningful should Open MPI pick another allreduce algorithm for TCP.
-    assert worst <= 1e-5, f"single-host and multi-host parameters differ: {worst:.2e} in {worst_name}"
+    tol = float(sys.argv[4])
+    assert worst <= tol, f"{sys.argv[1]} and {sys.argv[2]} differ: {worst:.2e} in {worst_name}"
 EOF
+}
+# Same reduction order on both transports, so equality is expected; a small tolerance keeps the
+# test meaningful should Open MPI pick another allreduce algorithm for TCP.
+compare "$tmp/single" "$tmp/multi" 1e-5
+compare "$tmp/single-split" "$tmp/multi-split" 1e-5
 # The agent ran once for mpirun on h0 and once per other host for its Open MPI daemon.
 used=$(sort -u "$tmp/agent.log" | wc -l)
 [ "$used" = "$hosts" ] || fail "ranks were started on $used hosts, want $hosts"
-log "the multi-host run equals the single-host run; PASS"
+log "the multi-host runs equal the single-host runs, even and split; PASS"

@@ -17,7 +17,8 @@ namespace ddpv {
 // gradient by W / G instead of 1 / n, so the averaged gradient is the global batch's mean
 // whatever the split (only BatchNorm's statistics, which are per rank, see different batches).
 // Every step consumes exactly G positions, so a checkpoint's (epoch, step) resumes exactly with
-// or without --balance. The trainer decides the split (BatchBalancer); the split of the batch
+// or without --balance. (Synthetic data has no order: each rank takes its share from its own
+// random batches.) The trainer decides the split (BatchBalancer); the split of the batch
 // the trainer consumes k-th is fixed `lookahead` batches earlier and queued (SplitQueue), so
 // that the loader thread can prepare batches ahead without ever guessing a split.
 
