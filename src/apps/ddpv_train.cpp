@@ -1,6 +1,7 @@
 // ddpv-train: data-parallel training of a CNN classifier across MPI ranks.
 #include <algorithm>
 #include <boost/program_options.hpp>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -111,9 +112,15 @@ void print_rank_times(const ddpv::RankReport& s) {
       r.min_s, r.max_s, r.median_s, r.busiest, s.busiest_host.c_str(), 100 * r.above_others,
       comm_lo, comm_hi, data_lo, data_hi);
   if (!s.batch_split.empty()) {
-    std::printf("balance: the global batch split %s by rank at the end, after %d change%s\n",
+    std::string speeds;
+    for (double v : s.rank_speed) {
+      if (!speeds.empty()) speeds += '/';
+      speeds += std::to_string(std::lround(v));
+    }
+    std::printf("balance: the global batch split %s by rank at the end, after %d change%s%s%s\n",
                 ddpv::split_text(s.batch_split).c_str(), s.split_changes,
-                s.split_changes == 1 ? "" : "s");
+                s.split_changes == 1 ? "" : "s",
+                speeds.empty() ? "" : "; speeds (images per busy second) ", speeds.c_str());
   }
   if (s.straggler) {
     std::fprintf(stderr, "%s: warning: %s: a slower, throttled or shared node?\n", kProgram,

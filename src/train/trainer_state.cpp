@@ -32,6 +32,7 @@ void add_rank_report(JsonRecord& record, const RankReport& ranks) {
         .add("batch_split", std::vector<double>(ranks.batch_split.begin(), ranks.batch_split.end()))
         .add("split_changes", static_cast<int64_t>(ranks.split_changes));
   }
+  if (!ranks.rank_speed.empty()) record.add("rank_speed", ranks.rank_speed);
 }
 
 }  // namespace
@@ -231,6 +232,7 @@ RankReport Trainer::Impl::pool_rank_times(const RankTimes& mark, int64_t steps) 
   if (balancer) {
     report.batch_split = balancer->sizes();
     report.split_changes = balancer->changes();
+    report.rank_speed = balancer->rates();
   }
   return report;
 }

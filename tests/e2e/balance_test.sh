@@ -82,7 +82,10 @@ split, slow = s["batch_split"], int(sys.argv[2])
 assert sum(split) == s["global_batch"], s
 assert s["split_changes"] >= 1, s
 assert split[slow] < min(n for r, n in enumerate(split) if r != slow), split
-print(sys.argv[1], "split", split, "busy", s["rank_busy_s"])
+# The balancer's speeds name the slow rank even where the busy times are even.
+speed = s["rank_speed"]
+assert len(speed) == len(split) and speed[slow] < 0.8 * min(v for r, v in enumerate(speed) if r != slow), speed
+print(sys.argv[1], "split", split, "busy", s["rank_busy_s"], "speed", speed)
 PYEOF
 }
 balanced four-balanced 3 1 fast-first --batch-size 32 --max-steps 120 --balance
@@ -102,7 +105,7 @@ def ratio(path):
 print(f"slow / fast busy: even {even:.2f}, balanced {bal:.2f}; images/s {even_rate:.0f} -> {bal_rate:.0f}")
 assert even > 1.4 and bal < 0.8 * even, (even, bal)
 PYEOF
-grep -q "^balance: the global batch split [0-9]\+/[0-9]\+ by rank at the end, after [1-9][0-9]* change" \
+grep -q "^balance: the global batch split [0-9]\+/[0-9]\+ by rank at the end, after [1-9][0-9]* changes\?; speeds (images per busy second) [0-9]\+/[0-9]\+$" \
   "$WORK/two-balanced.log" || { cat "$WORK/two-balanced.log"; fail "two-balanced: no balance line"; }
 
 # 4. Bad input.

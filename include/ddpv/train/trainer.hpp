@@ -48,6 +48,9 @@ struct RankReport {
   // how many times it changed; empty and 0 without.
   std::vector<int64_t> batch_split;
   int split_changes = 0;
+  // --balance: each rank's speed as the balancer last saw it (samples per busy second, the
+  // newest window weighing half); empty before its first decision and with a fixed split.
+  std::vector<double> rank_speed;
 };
 // "rank 1 on node17 was busy 33% longer than the other ranks' median, and every step they
 // waited for it": the straggler warning's text, for the epoch's and the run's.
