@@ -4,8 +4,9 @@
 //   model_bench --sgemm-only [--threads 2]     (the peak alone)
 //   --sgd: each step also runs the SGD update (lr 0.01, momentum 0.9) as the trainer does, so
 //   the weights change and per-weight work (Winograd's filter transform) runs every step.
-//   --batch-change N: then also times steps of batch N and of the batch after it, alternated
-//   (an epoch's last, smaller batch and the first of the next: Note [Grow-only activations]).
+//   --batch-change N: then also times the first step of batch N (new primitives), and steps of
+//   batch N and of the batch after it, alternated (an epoch's last, smaller batch and the
+//   first of the next: Note [Grow-only activations]).
 #include <dnnl.h>
 #include <omp.h>
 
@@ -94,12 +95,13 @@ int main(int argc, char** argv) {
   auto model = make_model(model_name, *backend, in, 10);
   model->init_parameters(1);
   auto loss = backend->softmax_cross_entropy(10);
-  Tensor x = Tensor::empty(Shape{batch, in[0], in[1], in[2]}, DType::kF32);
-  Tensor y = Tensor::empty(Shape{batch}, DType::kI32);
-  Tensor dl = Tensor::empty(Shape{batch, 10}, DType::kF32);
+  const int rows = std::max(batch, change);  // --batch-change may ask for a larger batch
+  Tensor x = Tensor::empty(Shape{rows, in[0], in[1], in[2]}, DType::kF32);
+  Tensor y = Tensor::empty(Shape{rows}, DType::kI32);
+  Tensor dl = Tensor::empty(Shape{rows, 10}, DType::kF32);
   Rng rng(3);
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = rng.normal();
-  for (int i = 0; i < batch; ++i) y.data<int32_t>()[i] = static_cast<int32_t>(rng.uniform_int(10));
+  for (int i = 0; i < rows; ++i) y.data<int32_t>()[i] = static_cast<int32_t>(rng.uniform_int(10));
   SgdConfig sgd_config;
   sgd_config.lr = 0.01f;
   const std::vector<ParamSpan> spans = model->decay_spans();
@@ -137,7 +139,13 @@ int main(int argc, char** argv) {
       "GFLOP/s (%d thread%s, best of its runs, measured in this run)\n",
       batch / best * per_image, per_image, 100.0 * batch / best * per_image / peak, peak, threads,
       threads == 1 ? "" : "s");
-  if (change > 0 && change < batch) {
+  if (change > 0 && change != batch) {
+    // The first step at a batch size not seen before builds its primitives and plans and
+    // touches its buffers (what --balance pays for each new size: Note [Balanced batches]).
+    const double t_first = now();
+    step(change);
+    std::printf("batch change: the first step of %d (a new batch size) %.2f ms\n", change,
+                (now() - t_first) * 1e3);
     const int rounds = 10;
     double down = 0, up = 0;
     for (int r = 0; r < rounds; ++r) {
