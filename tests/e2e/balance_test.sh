@@ -3,7 +3,7 @@
 # 1. Uneven splits learn what one rank with the whole global batch learns: 1 rank x 128 is the
 #    reference; 2 ranks split 88/40 (allreduce) and 4 ranks split 16/48/24/40 (shared update)
 #    must give its step losses, across an epoch's short last step (600 samples: steps of 128,
-#    then 88) and into the next epoch. One update apart, the runs differ only in the order of
+#    then 88) and into the next epoch; and 48/16 with --accum-steps 2 those of 1 rank x 64 x 2. One update apart, the runs differ only in the order of
 #    float sums (<= 1e-5 on the loss); later, a max-pool window whose two largest values swap
 #    under that rounding routes one gradient elsewhere and the runs drift apart slowly (about
 #    2e-5 by step 10 here, measured). Averaging the ranks' mean gradients instead of taking the
@@ -25,9 +25,9 @@ train() {  # name ranks args...: output in $WORK/name.log, metrics in $WORK/name
     --metrics "$WORK/$name.jsonl" "$@" >"$WORK/$name.log" 2>&1 ||
     { cat "$WORK/$name.log"; fail "run $name failed"; }
 }
-# same_losses NAME FIRST: NAME's step losses from step FIRST on against the reference's.
+# same_losses NAME FIRST [REF]: NAME's step losses from step FIRST on against REF's (ref).
 same_losses() {
-  "$PY" - "$WORK/ref.jsonl" "$WORK/$1.jsonl" "$2" <<'PYEOF' || fail "$1: step losses differ from one rank's global batch"
+  "$PY" - "$WORK/${3:-ref}.jsonl" "$WORK/$1.jsonl" "$2" <<'PYEOF' || fail "$1: step losses differ from one rank's global batch"
 import json, sys
 def losses(path):
     return {r["step"]: r["loss"] for r in map(json.loads, open(path)) if r.get("event") == "step"}
@@ -53,6 +53,11 @@ grep -q "^balance: the global batch split 16/48/24/40 by rank at the end, after 
   "$WORK/four.log" || { cat "$WORK/four.log"; fail "four: no balance line"; }
 [ "$(json_field "$WORK/four.jsonl" summary batch_split)" = "[16, 48, 24, 40]" ] ||
   fail "four: the summary's batch_split"
+
+# With gradient accumulation each micro-batch is split: 2 x 64 on one rank against 48/16 twice.
+train ref-accum 1 --batch-size 64 --accum-steps 2 --max-steps 6
+train accum 2 --batch-size 32 --accum-steps 2 --batch-split 48/16 --max-steps 6
+same_losses accum 1 ref-accum
 
 # 2. Three steps under 40/88, then the rest under 88/40 from the checkpoint.
 train part 2 --batch-size 64 --batch-split 40/88 --max-steps 10 --run-steps 3 \
