@@ -78,18 +78,28 @@ balanced() {  # name fast slow order args...
   timeout 300 "${DDPV_MPIRUN:-mpirun}" "${MPIRUN_ARGS[@]}" "$@" >"$WORK/$name.log" 2>&1 ||
     { cat "$WORK/$name.log"; fail "run $name failed"; }
 }
-# moved NAME SLOW: the slow rank ended with the smallest share, after at least one change.
+# moved NAME SLOW: the slow rank ended with less than the even share and the lowest speed but
+# for the spread of the others, after at least one change. With 4 ranks on the 2 cores the
+# fast ranks' shares of the cores differ too (one run measured 2145, 2684 and 4511 images per
+# busy second for them, 1876 for the slow one), so there the slow rank need only be under the
+# others' median; with one rank per core it must be under each of the others by a fifth.
 moved() {
   "$PY" - "$WORK/$1.jsonl" "$2" <<'PYEOF' || { cat "$WORK/$1.log"; fail "$1: the split did not follow the slow rank"; }
-import json, sys
+import json, statistics, sys
 s = [r for r in map(json.loads, open(sys.argv[1])) if r.get("event") == "summary"][-1]
 split, slow = s["batch_split"], int(sys.argv[2])
+world = len(split)
 assert sum(split) == s["global_batch"], s
 assert s["split_changes"] >= 1, s
-assert split[slow] < min(n for r, n in enumerate(split) if r != slow), split
+assert split[slow] < s["global_batch"] // world, split
 # The balancer's speeds name the slow rank even where the busy times are even.
 speed = s["rank_speed"]
-assert len(speed) == len(split) and speed[slow] < 0.8 * min(v for r, v in enumerate(speed) if r != slow), speed
+others = [v for r, v in enumerate(speed) if r != slow]
+assert len(speed) == world, speed
+if world == 2:
+    assert split[slow] < split[1 - slow] and speed[slow] < 0.8 * others[0], (split, speed)
+else:
+    assert speed[slow] < statistics.median(others), speed
 print(sys.argv[1], "split", split, "busy", s["rank_busy_s"], "speed", speed)
 PYEOF
 }
