@@ -26,6 +26,10 @@ class Allocator {
 
 // 64-byte aligned host memory, zero-filled.
 Allocator* host_allocator();
+// Note [Huge pages for large tensors]: host memory for `bytes`, 64-byte aligned; from 2 MiB up,
+// 2 MiB aligned and advised for transparent huge pages (MADV_HUGEPAGE). Free with std::free.
+// Null when out of memory.
+void* allocate_host_pages(size_t bytes);
 
 // What the host allocator holds for this process: bytes in live allocations, the most it has
 // held at once, and the largest single allocation, the last two since the last reset.
