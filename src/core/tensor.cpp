@@ -22,7 +22,7 @@ class HostAllocator final : public Allocator {
   void* allocate(size_t bytes) override {
     void* p = allocate_host_pages(bytes);
     if (p == nullptr) DDPV_FAIL("out of host memory allocating ", bytes, " bytes");
-    std::memset(p, 0, bytes == 0 ? 64 : bytes);
+    std::memset(p, 0, std::max<size_t>(64, (bytes + 63) / 64 * 64));  // as allocated below 2 MiB
     const std::lock_guard lock(stats_mutex);
     stats.in_use += bytes;
     stats.peak = std::max(stats.peak, stats.in_use);

@@ -80,8 +80,9 @@ struct Trainer::Impl {
   SgdConfig sgd;
   std::optional<LrSchedule> schedule;
   Tensor dlogits;
-  // Note [Balanced batches]: with --balance on more than one rank; the busy seconds and samples
-  // of this rank since the balancer's last decision.
+  // Note [Balanced batches]: with --balance or --batch-split on more than one rank (balanced());
+  // it decides only under --balance. The busy seconds and samples of this rank since the
+  // balancer's last decision.
   std::optional<BatchBalancer> balancer;
   double balance_busy = 0, balance_samples = 0;
   void balance_step();
