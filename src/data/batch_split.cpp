@@ -12,7 +12,7 @@ namespace ddpv {
 SplitBounds split_bounds(int64_t batch, int world) {
   DDPV_CHECK(world > 0 && batch > 0, "bad split: ", world, " ranks of ", batch);
   SplitBounds b;
-  while (b.quantum * 2 <= batch / 8 && batch % (b.quantum * 2) == 0) b.quantum *= 2;
+  while (b.quantum * 2 <= batch / 16 && batch % (b.quantum * 2) == 0) b.quantum *= 2;
   b.lo = std::max(b.quantum, batch / 4 / b.quantum * b.quantum);
   b.hi = std::min(2 * batch, world * batch - (world - 1) * b.lo);
   return b;

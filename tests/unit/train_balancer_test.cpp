@@ -13,25 +13,39 @@ using Split = std::vector<int64_t>;
 TEST(BatchBalancer, EvenRanksKeepTheEvenSplit) {
   BatchBalancer b(2, 64, {});
   EXPECT_EQ(b.sizes(), (Split{64, 64}));
-  // 640 samples in 1.00 and 1.02 s: 2% apart, and the nearest other split (quanta of 8) is worse.
+  // 640 samples in 1.00 and 1.02 s: 2% apart, and the nearest other split (quanta of 4: 68/60)
+  // is worse: 68 / 640 = 0.106 s against 64 / 627.5 = 0.102.
   EXPECT_FALSE(b.decide({1.00, 1.02}, {640, 640}));
   EXPECT_EQ(b.sizes(), (Split{64, 64}));
   EXPECT_EQ(b.changes(), 0);
 }
 
+TEST(BatchBalancer, MovesForTwelvePercentButNotForTen) {
+  // Rank 0 12% faster (640 and 571.4 samples a second): 68/60 takes max(68 / 640, 60 / 571.4)
+  // = 0.1063 s against 64 / 571.4 = 0.1120, 5.1% shorter. 10% faster (640 and 581.8): the same
+  // split takes 0.1063 s against 0.1100, 3.4%: not enough.
+  BatchBalancer fast(2, 64, {});
+  EXPECT_TRUE(fast.decide({1.0, 1.12}, {640, 640}));
+  EXPECT_EQ(fast.sizes(), (Split{68, 60}));
+  BatchBalancer slight(2, 64, {});
+  EXPECT_FALSE(slight.decide({1.0, 1.10}, {640, 640}));
+  EXPECT_EQ(slight.sizes(), (Split{64, 64}));
+}
+
 TEST(BatchBalancer, MovesTowardsTheFasterRankAndAveragesWindows) {
   BatchBalancer b(2, 64, {});
-  // Rank 0 twice as fast: shares 85.3 / 42.7, in quanta of 8 (10.67 / 5.33): 88 / 40. The step
-  // goes from 64 / 1 to 88 / 2 = 44 time units.
+  // Rank 0 twice as fast: shares 85.3 / 42.7, in quanta of 4 (21.33 / 10.67): the floors 21 /
+  // 10 and the spare quantum to rank 1's larger remainder, 84 / 44. The step goes from 64 / 320
+  // = 0.2 s to max(84 / 640, 44 / 320) = 0.1375 s.
   EXPECT_TRUE(b.decide({1.0, 2.0}, {640, 640}));
-  EXPECT_EQ(b.sizes(), (Split{88, 40}));
+  EXPECT_EQ(b.sizes(), (Split{84, 44}));
   EXPECT_DOUBLE_EQ(b.rates()[0], 640.0);
   EXPECT_DOUBLE_EQ(b.rates()[1], 320.0);
   // The same speeds again: nothing to gain.
-  EXPECT_FALSE(b.decide({880.0 / 640, 400.0 / 320}, {880, 400}));
+  EXPECT_FALSE(b.decide({840.0 / 640, 440.0 / 320}, {840, 440}));
   // Then a window of equal speeds (640 and 640): the average, 640 and 480, gives 73.1 / 54.9,
-  // in quanta 9.14 / 6.86: 72 / 56 (the spare quantum to rank 1's larger remainder). Its step,
-  // max(72 / 640, 56 / 480) = 0.1167 s, against 88 / 640 = 0.1375 s: 15% shorter.
+  // in quanta 18.29 / 13.71: 72 / 56 (the spare quantum to rank 1's larger remainder). Its
+  // step, max(72 / 640, 56 / 480) = 0.1167 s, against 84 / 640 = 0.1313 s: 11% shorter.
   EXPECT_TRUE(b.decide({1.0, 1.0}, {640, 640}));
   EXPECT_DOUBLE_EQ(b.rates()[1], 480.0);
   EXPECT_EQ(b.sizes(), (Split{72, 56}));
