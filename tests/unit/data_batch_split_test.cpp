@@ -23,10 +23,9 @@ TEST(BatchSplit, BoundsAreQuantaOfTheBatch) {
   // quantum: batch / 16 rounded down to a power of two that divides the batch (100: 6.25 ->
   // 4; 30: 1.9 -> 1); lo: a quarter of the batch in whole quanta; hi: twice the batch, less
   // the others' lo.
-  for (const Case& c :
-       {Case{64, 2, {4, 16, 112}}, Case{64, 4, {4, 16, 128}}, Case{100, 2, {4, 24, 176}},
-        Case{1, 2, {1, 1, 1}}, Case{30, 3, {1, 7, 60}}, Case{256, 8, {16, 64, 512}},
-        Case{48, 2, {2, 12, 84}}}) {
+  for (const Case& c : {Case{64, 2, {4, 16, 112}}, Case{64, 4, {4, 16, 128}},
+                        Case{100, 2, {4, 24, 176}}, Case{1, 2, {1, 1, 1}}, Case{30, 3, {1, 7, 60}},
+                        Case{256, 8, {16, 64, 512}}, Case{48, 2, {2, 12, 84}}}) {
     const SplitBounds b = split_bounds(c.batch, c.world);
     EXPECT_EQ(b.quantum, c.want.quantum) << c.batch << " x " << c.world;
     EXPECT_EQ(b.lo, c.want.lo) << c.batch << " x " << c.world;
