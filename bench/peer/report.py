@@ -219,12 +219,14 @@ def build_table(res, meta):
     for m in ("lenet", "resnet20"):
         so = median_over_rounds(res["ours"][(m, 2)]) / median_over_rounds(res["ours"][(m, 1)])
         st = median_over_rounds(res["torch"][(m, 2)]) / median_over_rounds(res["torch"][(m, 1)])
-        rows.append([f"{m} scaling 1 -> 2 ranks",
-                     f"{so:.2f}x" + rounds_text(res["ours"][(m, 2)], res["ours"][(m, 1)], ratio_x),
-                     f"{st:.2f}x" + rounds_text(res["torch"][(m, 2)], res["torch"][(m, 1)],
-                                                ratio_x),
-                     f"{so / st:.2f}x",
-                     ">= 1.95x (ours)", "yes" if so >= 1.95 else "no"])
+        scaling_row = [f"{m} scaling 1 -> 2 ranks",
+                       f"{so:.2f}x" + rounds_text(res["ours"][(m, 2)], res["ours"][(m, 1)],
+                                                  ratio_x),
+                       f"{st:.2f}x" + rounds_text(res["torch"][(m, 2)], res["torch"][(m, 1)],
+                                                  ratio_x),
+                       f"{so / st:.2f}x",
+                       ">= 1.95x (ours)", "yes" if so >= 1.95 else "no"]
+        rows.append(scaling_row)
         ceiling = sync = None
         if res["pair"][m]:  # what the machine allows two processes that never communicate
             one, two = res["ours"][(m, 1)], res["ours"][(m, 2)]
@@ -242,6 +244,8 @@ def build_table(res, meta):
                              f"reach {share:.0f}% of {of}{shares})", "", "", "", ""])
                 values.append(value)
             ceiling, sync = values
+            if so < 1.95 and ceiling < 1.95:  # a miss the machine decided, said where it is judged
+                scaling_row[-1] = f"no (the machine's ceiling in this run: {ceiling:.2f}x)"
         gaps = res["busy_gap"][m]
         if gaps:  # the same asymmetry inside the 2-rank runs, from the trainer's own timers
             each = ", ".join(percent(gaps[r]) for r in sorted(gaps))
@@ -338,7 +342,9 @@ def markdown(rows, res, peak1, peak, ours_tta, theirs_tta, balanced_tta, meta):
                    "PyTorch's) can reach on it. The busier-rank rows give the same asymmetry "
                    "inside the 2-rank runs: each rank's time in the loop less its waits for "
                    "the other and for data (ddpv-train's `rank_busy_s`), the busier over the "
-                   "other, median over rounds.\n")
+                   "other, median over rounds. A scaling that missed where even the ceiling "
+                   "sat below the target says so in its met column: no trainer could have met "
+                   "it in that run.\n")
     out.append("PyTorch by memory format (images/s, median):\n")
     out.append("| configuration | NCHW | channels_last |")
     out.append("|---|---|---|")
