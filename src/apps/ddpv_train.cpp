@@ -122,9 +122,11 @@ void print_rank_times(const ddpv::RankReport& s) {
                 s.split_changes == 1 ? "" : "s",
                 speeds.empty() ? "" : "; speeds (images per busy second) ", speeds.c_str());
   }
-  if (s.straggler) {
-    std::fprintf(stderr, "%s: warning: %s: a slower, throttled or shared node?\n", kProgram,
-                 ddpv::straggler_text(s).c_str());
+  if (s.straggler) {  // without --balance or --batch-split, say what would help
+    std::fprintf(stderr, "%s: warning: %s: a slower, throttled or shared node?%s\n", kProgram,
+                 ddpv::straggler_text(s).c_str(),
+                 s.batch_split.empty() ? " (--balance would give it a smaller share of each batch)"
+                                       : "");
   }
 }
 

@@ -130,6 +130,11 @@ moved four-balanced 3
 balanced two-even 1 1 slow-first --batch-size 64 --max-steps 150 --no-shared-update
 balanced two-balanced 1 1 slow-first --batch-size 64 --max-steps 150 --no-shared-update --balance
 moved two-balanced 0
+# The even run's straggler warning points at --balance; a balanced run's never does.
+grep -q "node? (--balance would give it a smaller share of each batch)$" "$WORK/two-even.log" ||
+  { cat "$WORK/two-even.log"; fail "two-even: no straggler warning pointing at --balance"; }
+! grep -q "would give it a smaller share" "$WORK/two-balanced.log" ||
+  { cat "$WORK/two-balanced.log"; fail "two-balanced: the warning points at --balance, already on"; }
 # The slow rank's busy time over the fast one's: about 2 with the even split, and close to 1
 # once balanced (the first 20 steps or so still run even).
 "$PY" - "$WORK/two-even.jsonl" "$WORK/two-balanced.jsonl" <<'PYEOF' || fail "--balance did not even out the busy times"

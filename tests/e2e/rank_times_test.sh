@@ -59,6 +59,8 @@ run four 3 1 fast-first "${steps[@]}" --max-steps 60
 check four 4 3 yes
 grep -q "warning: rank 3 on [^ ]\+ was busy [0-9]\+% longer than the other ranks' median" \
   "$WORK/four.err" || { cat "$WORK/four.err"; fail "four: no straggler warning"; }
+grep -q "node? (--balance would give it a smaller share of each batch)$" "$WORK/four.err" ||
+  { cat "$WORK/four.err"; fail "four: the run's warning does not point at --balance"; }
 
 run two 1 1 slow-first "${steps[@]}" --max-steps 60 --no-shared-update
 grep -q "; mpi (" "$WORK/two.err" || { cat "$WORK/two.err"; fail "two: not on the allreduce path"; }
