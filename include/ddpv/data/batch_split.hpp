@@ -27,9 +27,9 @@ namespace ddpv {
 // slots hold hi samples. The quantum is B / 16 rounded down to a power of two that divides B:
 // a change must make the step BatchBalancer::kGain (5%) shorter, and on 2 ranks the nearest
 // split to the even one, B + q / B - q, does that only where one rank is (1 + q / B) / 0.95
-// times as fast as the other: 11.8% with q = B / 16 (the best split of all needs 10.5%), 18.4%
-// with B / 8, which left this project's VM's common 10-15% untouched. Coarser would be cheaper
-// (each size the backend has not seen costs it new primitives, and a larger one new buffers).
+// times as fast as the other: 11.8% faster with q = B / 16 (the best split of all needs 10.5%),
+// 18.4% with B / 8, which left alone the 10-15% a shared VM often shows. Coarser would be
+// cheaper: each size the backend has not seen costs it new primitives, a larger one buffers.
 struct SplitBounds {
   int64_t quantum = 1, lo = 1, hi = 1;
 };
