@@ -12,7 +12,10 @@
 namespace ddpv {
 
 std::string format_duration(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  // An ETA from a rate near zero can be any size; past a million hours it says nothing, and
+  // past 9e18 seconds the conversion below would be undefined.
+  constexpr double kLongest = 3600.0 * 1e6;
+  if (!std::isfinite(seconds) || seconds < 0 || seconds >= kLongest) return "?";
   const int64_t s = static_cast<int64_t>(seconds + 0.5);
   char buf[32];
   if (s >= 3600) {

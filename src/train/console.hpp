@@ -7,7 +7,8 @@
 
 namespace ddpv {
 
-std::string format_duration(double seconds);  // "1:02:03" or "2:03"
+// "1:02:03" or "2:03", rounded to the second; "?" for NaN, negative or a million hours and more.
+std::string format_duration(double seconds);
 
 // Whether the user sees this process's stdout on a terminal. Under Open MPI a rank's stdout is
 // a pseudo-terminal of mpirun's even when mpirun's own output goes to a file or a pipe, so for
