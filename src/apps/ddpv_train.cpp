@@ -112,11 +112,7 @@ void print_rank_times(const ddpv::RankReport& s) {
       r.min_s, r.max_s, r.median_s, r.busiest, s.busiest_host.c_str(), 100 * r.above_others,
       comm_lo, comm_hi, data_lo, data_hi);
   if (!s.batch_split.empty()) {
-    std::string speeds;
-    for (double v : s.rank_speed) {
-      if (!speeds.empty()) speeds += '/';
-      speeds += std::to_string(std::lround(v));
-    }
+    const std::string speeds = ddpv::speeds_text(s.rank_speed);
     std::printf("balance: the global batch split %s by rank at the end, after %d change%s%s%s\n",
                 ddpv::split_text(s.batch_split).c_str(), s.split_changes,
                 s.split_changes == 1 ? "" : "s",

@@ -50,6 +50,12 @@ std::string split_text(const std::vector<int64_t>& sizes) {
   return out;
 }
 
+std::string speeds_text(const std::vector<double>& speeds) {
+  std::vector<int64_t> rounded;
+  for (double v : speeds) rounded.push_back(std::llround(v));
+  return split_text(rounded);
+}
+
 void check_split(const std::vector<int64_t>& sizes, int world, int64_t batch, const char* what) {
   const bool positive = std::all_of(sizes.begin(), sizes.end(), [](int64_t n) { return n >= 1; });
   DDPV_CHECK(

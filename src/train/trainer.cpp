@@ -294,9 +294,10 @@ void Trainer::Impl::balance_step() {
     busy[r] = rows[2 * r];
     samples[r] = rows[2 * r + 1];
   }
-  if (balancer->decide(busy, samples) && world.is_root()) {
-    DDPV_DEBUG("balance: step ", step, ": split ", split_text(balancer->sizes()),
-               " for the batches after those already queued");
+  if (balancer->decide(busy, samples) && world.is_root()) {  // rare: a change must gain 5%
+    DDPV_INFO("balance: after step ", step, " the global batch splits ",
+              split_text(balancer->sizes()), " by rank (speeds ", speeds_text(balancer->rates()),
+              " images per busy second), from the batches not yet queued");
   }
 }
 

@@ -106,13 +106,18 @@ balanced() {  # name fast slow order args...
 # busy second for them, 1876 for the slow one), so there the slow rank need only be under the
 # others' median; with one rank per core it must be under each of the others by a fifth.
 moved() {
-  "$PY" - "$WORK/$1.jsonl" "$2" <<'PYEOF' || { cat "$WORK/$1.log"; fail "$1: the split did not follow the slow rank"; }
-import json, statistics, sys
+  "$PY" - "$WORK/$1.jsonl" "$2" "$WORK/$1.log" <<'PYEOF' || { cat "$WORK/$1.log"; fail "$1: the split did not follow the slow rank"; }
+import json, re, statistics, sys
 s = [r for r in map(json.loads, open(sys.argv[1])) if r.get("event") == "summary"][-1]
 split, slow = s["batch_split"], int(sys.argv[2])
 world = len(split)
 assert sum(split) == s["global_batch"], s
 assert s["split_changes"] >= 1, s
+# Rank 0 says each change as it happens, the last one the split the run ended with.
+said = re.findall(r"balance: after step (\d+) the global batch splits ([\d/]+) by rank \(speeds "
+                  r"[\d/]+ images per busy second\)", open(sys.argv[3]).read())
+assert len(said) == s["split_changes"], (said, s["split_changes"])
+assert said[-1][1] == "/".join(map(str, split)), (said, split)
 assert split[slow] < s["global_batch"] // world, split
 # The balancer's speeds name the slow rank even where the busy times are even.
 speed = s["rank_speed"]

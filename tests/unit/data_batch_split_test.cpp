@@ -40,6 +40,8 @@ TEST(BatchSplit, OffsetsTotalsAndText) {
   EXPECT_EQ(split_offset(s, 3), 128);
   EXPECT_EQ(split_total(s), 140);
   EXPECT_EQ(split_text(s), "88/40/0/12");
+  EXPECT_EQ(speeds_text({6913.4, 2458.5, 0.2}), "6913/2459/0");
+  EXPECT_EQ(speeds_text({}), "");
   EXPECT_EQ(equal_split(3, 7), (std::vector<int64_t>{7, 7, 7}));
 }
 

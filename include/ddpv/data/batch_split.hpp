@@ -45,6 +45,7 @@ int64_t split_capacity(const std::vector<int64_t>& first, int world, int64_t bat
 int64_t split_offset(const std::vector<int64_t>& sizes, int rank);
 int64_t split_total(const std::vector<int64_t>& sizes);
 std::string split_text(const std::vector<int64_t>& sizes);  // "40/88"
+std::string speeds_text(const std::vector<double>& speeds);  // "6913/2459", rounded
 // Throws, naming `what`, unless sizes gives each of `world` ranks at least one sample and
 // world * batch in all.
 void check_split(const std::vector<int64_t>& sizes, int world, int64_t batch,
