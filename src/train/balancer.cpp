@@ -28,9 +28,15 @@ bool BatchBalancer::decide(const std::vector<double>& busy_s, const std::vector<
       balanced_split(rates_, global_, bounds_.quantum, bounds_.lo, bounds_.hi);
   if (next == sizes_ ||
       split_step_time(next, rates_) > (1 - kGain) * split_step_time(sizes_, rates_)) {
+    proposed_.clear();
+    return false;
+  }
+  if (next != proposed_) {  // a first proposal waits for the next window to agree
+    proposed_ = std::move(next);
     return false;
   }
   sizes_ = std::move(next);
+  proposed_.clear();
   ++changes_;
   return true;
 }

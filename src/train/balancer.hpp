@@ -13,8 +13,10 @@ namespace ddpv {
 // on since the last decision. A rank's speed is an average of the last windows' samples per
 // busy second (the newest weighs half), the proposed split is balanced_split() of those
 // speeds, and it replaces the current one only when it would make the step at least kGain
-// shorter: a split that shifts with every jitter would cost the backend a new set of
-// primitives for each batch size it visits and would gain nothing.
+// shorter, and two decisions in a row proposed it: a split that shifts with every jitter would
+// cost the backend a new set of primitives for each batch size it visits and would gain
+// nothing. (With one window enough, a `make bench` run at 04:44 on 2026-12-05 moved to 72/56
+// on the first window after the warm-up, one rank 23% slower there, and back ten steps later.)
 class BatchBalancer {
  public:
   static constexpr int kEvery = 10;      // steps per decision
@@ -33,6 +35,7 @@ class BatchBalancer {
   SplitBounds bounds_;
   int64_t global_;
   std::vector<int64_t> sizes_;
+  std::vector<int64_t> proposed_;  // the last decision's proposal; empty when it kept the split
   std::vector<double> rates_;
   int changes_ = 0;
 };

@@ -22,33 +22,56 @@ TEST(BatchBalancer, EvenRanksKeepTheEvenSplit) {
 
 TEST(BatchBalancer, MovesForTwelvePercentButNotForTen) {
   // Rank 0 12% faster (640 and 571.4 samples a second): 68/60 takes max(68 / 640, 60 / 571.4)
-  // = 0.1063 s against 64 / 571.4 = 0.1120, 5.1% shorter. 10% faster (640 and 581.8): the same
-  // split takes 0.1063 s against 0.1100, 3.4%: not enough.
+  // = 0.1063 s against 64 / 571.4 = 0.1120, 5.1% shorter; the second window in a row that
+  // proposes it moves the split. 10% faster (640 and 581.8): the same split takes 0.1063 s
+  // against 0.1100, 3.4%: not enough, however long it lasts.
   BatchBalancer fast(2, 64, {});
+  EXPECT_FALSE(fast.decide({1.0, 1.12}, {640, 640}));
+  EXPECT_EQ(fast.sizes(), (Split{64, 64}));
   EXPECT_TRUE(fast.decide({1.0, 1.12}, {640, 640}));
   EXPECT_EQ(fast.sizes(), (Split{68, 60}));
   BatchBalancer slight(2, 64, {});
-  EXPECT_FALSE(slight.decide({1.0, 1.10}, {640, 640}));
+  for (int k = 0; k < 3; ++k) EXPECT_FALSE(slight.decide({1.0, 1.10}, {640, 640}));
   EXPECT_EQ(slight.sizes(), (Split{64, 64}));
+}
+
+TEST(BatchBalancer, OneSlowWindowDoesNotMoveTheSplit) {
+  BatchBalancer b(2, 64, {});
+  // Rank 1 30% slower for one window (640 and 492.3): it proposes 72/56 (shares 72.3 / 55.7).
+  EXPECT_FALSE(b.decide({1.0, 1.3}, {640, 640}));
+  // Then even windows: the averaged rates 640 and 566.2 propose 68/60 (6% shorter), which is
+  // not the proposal before; then 640 and 603.1, where the best split is the even one.
+  EXPECT_FALSE(b.decide({1.0, 1.0}, {640, 640}));
+  EXPECT_FALSE(b.decide({1.0, 1.0}, {640, 640}));
+  EXPECT_EQ(b.sizes(), (Split{64, 64}));
+  EXPECT_EQ(b.changes(), 0);
 }
 
 TEST(BatchBalancer, MovesTowardsTheFasterRankAndAveragesWindows) {
   BatchBalancer b(2, 64, {});
   // Rank 0 twice as fast: shares 85.3 / 42.7, in quanta of 4 (21.33 / 10.67): the floors 21 /
   // 10 and the spare quantum to rank 1's larger remainder, 84 / 44. The step goes from 64 / 320
-  // = 0.2 s to max(84 / 640, 44 / 320) = 0.1375 s.
+  // = 0.2 s to max(84 / 640, 44 / 320) = 0.1375 s, once a second window agrees.
+  EXPECT_FALSE(b.decide({1.0, 2.0}, {640, 640}));
   EXPECT_TRUE(b.decide({1.0, 2.0}, {640, 640}));
   EXPECT_EQ(b.sizes(), (Split{84, 44}));
   EXPECT_DOUBLE_EQ(b.rates()[0], 640.0);
   EXPECT_DOUBLE_EQ(b.rates()[1], 320.0);
   // The same speeds again: nothing to gain.
   EXPECT_FALSE(b.decide({840.0 / 640, 440.0 / 320}, {840, 440}));
-  // Then a window of equal speeds (640 and 640): the average, 640 and 480, gives 73.1 / 54.9,
-  // in quanta 18.29 / 13.71: 72 / 56 (the spare quantum to rank 1's larger remainder). Its
-  // step, max(72 / 640, 56 / 480) = 0.1167 s, against 84 / 640 = 0.1313 s: 11% shorter.
-  EXPECT_TRUE(b.decide({1.0, 1.0}, {640, 640}));
+  // Then windows of equal speeds (640 and 640). Averaged, rank 1's rate goes 480, 560, 600.
+  // 480: 73.1 / 54.9 samples, quanta 18.29 / 13.71, so 72 / 56, 11% shorter than 84/44: a
+  // first proposal. 560: 68.27 / 59.73, quanta 17.07 / 14.93, so 68 / 60 (the spare quantum to
+  // rank 1's larger remainder): another first proposal. 600: 66.06 / 61.94, quanta 16.52 /
+  // 15.48, so 68 / 60 again (the spare to rank 0), max(68 / 640, 60 / 600) = 0.1063 s against
+  // 84 / 640 = 0.1313: it moves.
+  EXPECT_FALSE(b.decide({1.0, 1.0}, {640, 640}));
   EXPECT_DOUBLE_EQ(b.rates()[1], 480.0);
-  EXPECT_EQ(b.sizes(), (Split{72, 56}));
+  EXPECT_FALSE(b.decide({1.0, 1.0}, {640, 640}));
+  EXPECT_DOUBLE_EQ(b.rates()[1], 560.0);
+  EXPECT_TRUE(b.decide({1.0, 1.0}, {640, 640}));
+  EXPECT_DOUBLE_EQ(b.rates()[1], 600.0);
+  EXPECT_EQ(b.sizes(), (Split{68, 60}));
   EXPECT_EQ(b.changes(), 2);
 }
 
