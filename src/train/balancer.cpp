@@ -26,17 +26,16 @@ bool BatchBalancer::decide(const std::vector<double>& busy_s, const std::vector<
   }
   std::vector<int64_t> next =
       balanced_split(rates_, global_, bounds_.quantum, bounds_.lo, bounds_.hi);
-  if (next == sizes_ ||
-      split_step_time(next, rates_) > (1 - kGain) * split_step_time(sizes_, rates_)) {
-    proposed_.clear();
-    return false;
-  }
-  if (next != proposed_) {  // a first proposal waits for the next window to agree
-    proposed_ = std::move(next);
-    return false;
-  }
+  const auto shorter = [&](const std::vector<double>& rates) {
+    return split_step_time(next, rates) <= (1 - kGain) * split_step_time(sizes_, rates);
+  };
+  // Shorter by the averaged speeds and by each of the last two windows' own: a blip in one
+  // window, or noise that singles out a different rank in each, moves nothing.
+  const bool moves =
+      next != sizes_ && shorter(rates_) && shorter(now) && !last_.empty() && shorter(last_);
+  last_ = std::move(now);
+  if (!moves) return false;
   sizes_ = std::move(next);
-  proposed_.clear();
   ++changes_;
   return true;
 }

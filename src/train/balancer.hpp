@@ -13,10 +13,15 @@ namespace ddpv {
 // on since the last decision. A rank's speed is an average of the last windows' samples per
 // busy second (the newest weighs half), the proposed split is balanced_split() of those
 // speeds, and it replaces the current one only when it would make the step at least kGain
-// shorter, and two decisions in a row proposed it: a split that shifts with every jitter would
-// cost the backend a new set of primitives for each batch size it visits and would gain
-// nothing. (With one window enough, a `make bench` run at 04:44 on 2026-12-05 moved to 72/56
-// on the first window after the warm-up, one rank 23% slower there, and back ten steps later.)
+// shorter by those averaged speeds and by each of the last two windows' own. A split that
+// shifts with every jitter would cost the backend a new set of primitives for each batch size
+// it visits and would gain nothing. (With one window enough, a `make bench` run at 04:44 on
+// 2026-12-05 moved to 72/56 on the first window after the warm-up, one rank 23% slower
+// there, and back ten steps later.) The two windows need not propose the same split: where
+// the other ranks' speeds wander (four ranks sharing two cores, or many ranks, where some
+// rank's share rounds differently in nearly every window), a rule that asked for the same
+// split twice kept a rank stopped three quarters of the time (1219 images per busy second,
+// the others 3156-4667) at its even share for 120 steps.
 class BatchBalancer {
  public:
   static constexpr int kEvery = 10;      // steps per decision
@@ -35,7 +40,7 @@ class BatchBalancer {
   SplitBounds bounds_;
   int64_t global_;
   std::vector<int64_t> sizes_;
-  std::vector<int64_t> proposed_;  // the last decision's proposal; empty when it kept the split
+  std::vector<double> last_;  // the window before's own samples per busy second
   std::vector<double> rates_;
   int changes_ = 0;
 };
