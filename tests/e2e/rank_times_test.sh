@@ -1,16 +1,12 @@
 #!/usr/bin/env bash
-# Note [Rank times] end to end (mpirun, CPU): one rank made slower on purpose (its convolutions
-# on oneDNN's direct kernels, DDPV_CPU_CONV=direct, where the others run Winograd: about twice
-# lenet's step) must be named the busiest rank, with its host, in the `ranks:` line and in the
-# metrics summary, and warned about as a straggler; the others' waits must hold the difference.
+# Note [Rank times] end to end (mpirun, CPU): one rank made slower on purpose (stopped two
+# thirds of the time, SLOW_RANK in lib.sh) must be named the busiest rank, with its host, in
+# the `ranks:` line and in the metrics summary, and warned about as a straggler; the others'
+# waits must hold the difference.
 # Four ranks with the shared update, two with the allreduce (--no-shared-update) and the slow
 # rank first, a run too short to call anyone a straggler, and two epochs, each with its own
 # figures and warning.
 source "$(dirname "$0")/lib.sh"
-if [ "${DDPV_SANITIZED:-0}" = 1 ]; then  # see tests/CMakeLists.txt
-  echo "rank_times_test: skipped under sanitizers: DDPV_CPU_CONV=direct makes a rank faster there"
-  exit 77
-fi
 common=(--synthetic --model lenet --device cpu --threads 1 --batch-size 32 --val-split none
         --no-progress --log-every 1000)
 steps=(--synthetic-size 2048 --epochs 100)
@@ -20,7 +16,7 @@ run() {
   local name=$1 fast=$2 slow=$3 order=$4; shift 4
   local args=("${common[@]}" --metrics "$WORK/$name.jsonl" "$@")
   local f=(-np "$fast" "$BIN/ddpv-train" "${args[@]}")
-  local s=(-np "$slow" env DDPV_CPU_CONV=direct "$BIN/ddpv-train" "${args[@]}")
+  local s=(-np "$slow" "${SLOW_RANK[@]}" "$BIN/ddpv-train" "${args[@]}")
   if [ "$order" = fast-first ]; then set -- "${f[@]}" : "${s[@]}"; else set -- "${s[@]}" : "${f[@]}"; fi
   "${DDPV_MPIRUN:-mpirun}" "${MPIRUN_ARGS[@]}" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" ||
     { cat "$WORK/$name.out" "$WORK/$name.err"; fail "run $name failed"; }
@@ -43,7 +39,7 @@ assert abs(busy[0] + comm[0] + data[0] - s["train_s"]) <= 1e-6 * s["train_s"], s
 if slow != "any":
     slow = int(slow)
     assert s["busiest_rank"] == slow, s
-    # About twice the others' work; a margin for a loaded machine.
+    # Two to four times the others' busy time; a margin for a loaded machine.
     others = [b for r, b in enumerate(busy) if r != slow]
     assert busy[slow] > 1.2 * max(others), f"the slow rank was not clearly the busiest: {busy}"
     # Those who waited are the others: each waited longer than the slow rank did.
