@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """throttle.py STOPPED PERIOD_MS -- CMD [ARGS...]: run CMD, stopped (SIGSTOP) for the fraction
 STOPPED of every PERIOD_MS milliseconds and running (SIGCONT) for the rest, and exit with its
-status: a rank on a throttled or shared node, made on purpose for rank_times_test (Note [Rank
-times]). Unlike a slower kernel it slows the rank alike on every CPU and under any build
-(sanitizers included); like a node's CPU quota it stretches work longer than a period, not a
-burst that fits in the running part of one. SIGTERM and SIGINT are passed on (after a SIGCONT, so a stopped CMD can act on
-them); CMD is killed if this wrapper dies first, so no stopped rank outlives its job."""
+status: a rank on a throttled or shared node, made on purpose for the tests of Note [Rank
+times] and Note [Balanced batches] (SLOW_RANK in lib.sh). Unlike a slower kernel it slows the
+rank alike on every CPU and under any build (sanitizers included); like a node's CPU quota it
+stretches work longer than a period, not a burst that fits in the running part of one.
+SIGTERM and SIGINT are passed on (after a SIGCONT, so a stopped CMD can act on them); CMD is
+killed if this wrapper dies first, so no stopped rank outlives its job."""
 import ctypes
 import os
 import signal
