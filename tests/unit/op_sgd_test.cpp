@@ -196,5 +196,16 @@ TEST_P(SgdOpTest, SummedUpdateMatchesTorchSgdOnTheSumAndLeavesTheRestAlone) {
 INSTANTIATE_TEST_SUITE_P(Devices, SgdOpTest, ::testing::ValuesIn(test_devices()),
                          device_param_name);
 
+// pairwise_sum by hand: one arena is itself, three are (g0 + g1) + g2, none sum to 0 (the
+// stack's first slot was read uninitialised there before).
+TEST(PairwiseSum, OneThreeAndNoArenas) {
+  const float a[] = {1.5f}, b[] = {1e8f}, c[] = {-1e8f};
+  const float* one[] = {a};
+  const float* three[] = {b, c, a};
+  EXPECT_EQ(pairwise_sum(one, 1, 0), 1.5f);
+  EXPECT_EQ(pairwise_sum(three, 3, 0), 1.5f);  // left to right as ((b + c) + a), not b + (c + a)
+  EXPECT_EQ(pairwise_sum(nullptr, 0, 0), 0.0f);
+}
+
 }  // namespace
 }  // namespace ddpv::test

@@ -219,9 +219,10 @@ struct SgdConfig {
 // ((g0 + g1) + (g2 + g3)) + (g4 + g5) for six. It is the order of Open MPI's recursive doubling
 // for a power-of-two count: the shared update of 4 ranks on one node gives the parameters of
 // 2 nodes x 2 ranks (the multi-host test) and, as measured, of Open MPI's 4-rank allreduce;
-// and its rounding grows with log2(n), not n.
+// and its rounding grows with log2(n), not n. No arenas sum to 0.
 inline float pairwise_sum(const float* const* g, size_t n, int64_t i) {
   float stack[64];  // partial sums of the sizes of n's binary digits, largest first
+  stack[0] = 0.0f;
   int top = 0;
   for (size_t k = 0; k < n; ++k) {
     stack[top++] = g[k][i];
