@@ -36,6 +36,7 @@ bool BatchBalancer::decide(const std::vector<double>& busy_s, const std::vector<
   last_ = std::move(now);
   if (!moves) return false;
   sizes_ = std::move(next);
+  last_.clear();  // the next change needs two windows of the new split's
   ++changes_;
   return true;
 }

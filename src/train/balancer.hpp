@@ -13,7 +13,8 @@ namespace ddpv {
 // on since the last decision. A rank's speed is an average of the last windows' samples per
 // busy second (the newest weighs half), the proposed split is balanced_split() of those
 // speeds, and it replaces the current one only when it would make the step at least kGain
-// shorter by those averaged speeds and by each of the last two windows' own. A split that
+// shorter by those averaged speeds and by each of the last two windows' own, both windows
+// measured under the current split (after a change the two start again). A split that
 // shifts with every jitter would cost the backend a new set of primitives for each batch size
 // it visits and would gain nothing. (With one window enough, a `make bench` run at 04:44 on
 // 2026-12-05 moved to 72/56 on the first window after the warm-up, one rank 23% slower
