@@ -89,10 +89,8 @@ balanced() {  # name fast slow order args...
   local name=$1 fast=$2 slow=$3 order=$4; shift 4
   local args=(--synthetic --model lenet --device cpu --threads 1 --no-progress --log-every 1000
               --synthetic-size 100000 --metrics "$WORK/$name.jsonl" "$@")
-  local f=(-np "$fast" "$BIN/ddpv-train" "${args[@]}")
-  local s=(-np "$slow" "${SLOW_RANK[@]}" "$BIN/ddpv-train" "${args[@]}")
-  if [ "$order" = fast-first ]; then set -- "${f[@]}" : "${s[@]}"; else set -- "${s[@]}" : "${f[@]}"; fi
-  timeout 300 "${DDPV_MPIRUN:-mpirun}" "${MPIRUN_ARGS[@]}" "$@" >"$WORK/$name.log" 2>&1 ||
+  slow_rank_job "$fast" "$slow" "$order" "${args[@]}"
+  timeout 300 "${DDPV_MPIRUN:-mpirun}" "${MPIRUN_ARGS[@]}" "${JOB[@]}" >"$WORK/$name.log" 2>&1 ||
     { cat "$WORK/$name.log"; fail "run $name failed"; }
 }
 # moved NAME SLOW: the slow rank ended with less than the even share and the lowest speed but

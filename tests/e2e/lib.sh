@@ -23,6 +23,13 @@ MPI2=("${DDPV_MPIRUN:-mpirun}" -np 2 "${MPIRUN_ARGS[@]}")  # for commands run un
 # is short so that a step of a few milliseconds, whatever its share of the batch, spans
 # several: at 20 ms a small share fit in the running part and looked fast again.
 SLOW_RANK=("$PY" "$SRC/tests/e2e/throttle.py" 0.67 3 --)
+# slow_rank_job FAST SLOW ORDER ARGS...: mpirun's MPMD arguments for FAST ranks of ddpv-train
+# ARGS as they are and SLOW under SLOW_RANK, in ORDER (fast-first or slow-first), in JOB.
+slow_rank_job() {
+  local fast=$1 slow=$2 order=$3; shift 3
+  local f=(-np "$fast" "$BIN/ddpv-train" "$@") s=(-np "$slow" "${SLOW_RANK[@]}" "$BIN/ddpv-train" "$@")
+  if [ "$order" = fast-first ]; then JOB=("${f[@]}" : "${s[@]}"); else JOB=("${s[@]}" : "${f[@]}"); fi
+}
 
 # make_store DIR [make_tiny_store.py args...] -> DIR/tiny.h5
 make_store() {

@@ -15,10 +15,8 @@ steps=(--synthetic-size 2048 --epochs 100)
 run() {
   local name=$1 fast=$2 slow=$3 order=$4; shift 4
   local args=("${common[@]}" --metrics "$WORK/$name.jsonl" "$@")
-  local f=(-np "$fast" "$BIN/ddpv-train" "${args[@]}")
-  local s=(-np "$slow" "${SLOW_RANK[@]}" "$BIN/ddpv-train" "${args[@]}")
-  if [ "$order" = fast-first ]; then set -- "${f[@]}" : "${s[@]}"; else set -- "${s[@]}" : "${f[@]}"; fi
-  "${DDPV_MPIRUN:-mpirun}" "${MPIRUN_ARGS[@]}" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" ||
+  slow_rank_job "$fast" "$slow" "$order" "${args[@]}"
+  "${DDPV_MPIRUN:-mpirun}" "${MPIRUN_ARGS[@]}" "${JOB[@]}" >"$WORK/$name.out" 2>"$WORK/$name.err" ||
     { cat "$WORK/$name.out" "$WORK/$name.err"; fail "run $name failed"; }
 }
 # check NAME WORLD SLOW STRAGGLER: the summary names rank SLOW (any: whichever it is), with
