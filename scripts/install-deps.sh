@@ -2,8 +2,8 @@
 # Installs every Debian package that the build, the tests, the demo and the benchmarks need,
 # and only those that are missing. Idempotent: a second run installs nothing.
 #   scripts/install-deps.sh            build + test dependencies
-#   scripts/install-deps.sh --bench    also PyTorch and OpenBLAS (the benchmark peer, golden files,
-#                                      export test)
+#   scripts/install-deps.sh --bench    also PyTorch, OpenBLAS and tcmalloc (the benchmark
+#                                      peer, golden files, export test)
 #   scripts/install-deps.sh --cluster  also Slurm and munge (tests/cluster)
 set -euo pipefail
 
@@ -21,7 +21,8 @@ packages=(
 )
 for arg in "$@"; do
   case "$arg" in
-    --bench) packages+=(python3-torch libopenblas0-pthread) ;;  # the PyTorch peer's BLAS
+    # the PyTorch peer, its BLAS and its allocator (Note [Peer allocator] in bench/peer/torch_ddp.py)
+    --bench) packages+=(python3-torch libopenblas0-pthread libtcmalloc-minimal4) ;;
     --cluster) packages+=(slurm-wlm munge iproute2) ;;
     --torch) packages+=(python3-torch) ;;
     *) echo "install-deps.sh: unknown option '$arg' (use --bench, --torch or --cluster)" >&2; exit 2 ;;

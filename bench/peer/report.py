@@ -144,6 +144,9 @@ def collect(raw):
         res["pair"][m], res["pair_sync"][m] = sums, syncs
     blas = {json.load(open(p)).get("blas", "unknown") for p in glob.glob(f"{raw}/torch-*.json")}
     res["blas"] = ", ".join(sorted(blas))
+    alloc = {json.load(open(p)).get("allocator", "system (before Note [Peer allocator])")
+             for p in glob.glob(f"{raw}/torch-*.json")}
+    res["allocator"] = ", ".join(sorted(alloc))
     res["sgemm1"] = [sgemm(p) for p in sorted(glob.glob(f"{raw}/sgemm-t1-r*.log"))]
     res["sgemm2"] = [sgemm(p) for p in sorted(glob.glob(f"{raw}/sgemm-t2-r*.log"))]
     return res
@@ -373,7 +376,7 @@ def markdown(rows, res, peak1, peak, ours_tta, theirs_tta, balanced_tta, meta):
                    "at the end of that epoch.)")
     out.append("")
     out.append(f"Versions: {meta['ddpv']}, oneDNN {meta['onednn']}, PyTorch {meta['torch']} "
-               f"(gloo; BLAS {res['blas']}), {meta['mpi']}, {meta['cxx']}, "
+               f"(gloo; BLAS {res['blas']}; malloc {res['allocator']}), {meta['mpi']}, {meta['cxx']}, "
                f"Python {meta['python']}, Linux "
                f"{meta['kernel']}. Load average at start {meta['load_start']}, at end "
                f"{meta['load_end']}; the run took {meta['wall_s'] / 60:.1f} min.")

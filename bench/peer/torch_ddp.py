@@ -20,13 +20,15 @@ and std, no augmentation. PyTorch gets its best case where it has a choice: data
 normalised in memory (no DataLoader workers competing for the two cores), no per-step
 loss readback, no per-step BatchNorm buffer broadcast (ours has none either), plain
 single-process training at world size 1 (DDP at world size 1 would only add bucket copies),
-OpenBLAS for the linear layers (scripts/bench.sh), and the faster of NCHW and channels_last.
+OpenBLAS for the linear layers (scripts/bench.sh), the faster of NCHW and channels_last, and
+an allocator that keeps freed memory (Note [Peer allocator]).
 
 Ranks are processes made by torch.multiprocessing.spawn, rendezvous through a file://
 store in a temporary directory, gloo over the loopback interface; nothing leaves the host.
 Output: one JSON object (stdout and --json), only from rank 0.
 """
 import argparse
+import ctypes.util
 import json
 import math
 import os
@@ -42,6 +44,63 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+
+# Note [Peer allocator]: PyTorch's CPU tensors come from malloc and go back to it every step.
+# glibc serves the large ones (lenet's activations at batch 64: up to 6.4 MB) by mmap, or
+# from the top of its heap, and returns them to the kernel when they are freed, so every step
+# faults its activations in again, page by page: 3 500 minor faults a step for lenet at 1 rank
+# (`/usr/bin/time`: 320 000 over 90 steps, 2 of its 7-9 s in the kernel), a cost that moves
+# with the host's load on a VM. With glibc as it comes, the peer ran lenet at 770-890 images/s
+# on one rank and resnet20 at 160-230; with freed memory kept (tcmalloc, or glibc's mmap and
+# trim thresholds raised) at 1 500-2 240 and 370-505 (2026-12-05, alternated); with glibc as
+# it comes, its 2-rank lenet rounds of one `make bench` had spread from 1 215 to 3 477. PyTorch's own CPU launcher (torch.backends.xeon.run_cpu) preloads tcmalloc or
+# jemalloc for this reason, and ddpv-train keeps its tensors from step to step (Note
+# [Grow-only activations] in layer.cpp), so the peer runs under tcmalloc where it is installed
+# (`scripts/install-deps.sh --bench`), else under glibc with both thresholds raised; the
+# result records which. --allocator system measures glibc as it comes. The allocator has to
+# be in place before the interpreter starts, so the script runs itself again under it; the
+# ranks that torch.multiprocessing.spawn starts inherit it.
+ALLOCATORS = ("auto", "tcmalloc", "glibc-retain", "system")
+GLIBC_RETAIN = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20),  # glibc's largest (64-bit)
+                "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
+
+
+def run_under_allocator(argv):
+    """Runs this script again under the allocator that --allocator names (default auto:
+    tcmalloc where found, else glibc-retain), unless it already runs under it."""
+    if os.environ.get("DDPV_PEER_ALLOCATOR"):
+        return
+    want = "auto"
+    for i, a in enumerate(argv):
+        if a == "--allocator" and i + 1 < len(argv):
+            want = argv[i + 1]
+        elif a.startswith("--allocator="):
+            want = a.split("=", 1)[1]
+    if want not in ALLOCATORS:
+        return  # parse_args says what is wrong
+    env = dict(os.environ)
+    lib = None
+    if want in ("auto", "tcmalloc"):
+        lib = ctypes.util.find_library("tcmalloc_minimal") or ctypes.util.find_library("tcmalloc")
+        if lib is None and want == "tcmalloc":
+            sys.exit("torch_ddp.py: --allocator tcmalloc: no libtcmalloc found; install "
+                     "libtcmalloc-minimal4 (scripts/install-deps.sh --bench) or use "
+                     "--allocator glibc-retain")
+    if lib is not None:
+        env["LD_PRELOAD"] = ":".join(x for x in (lib, env.get("LD_PRELOAD")) if x)
+        env["DDPV_PEER_ALLOCATOR"] = f"tcmalloc ({lib})"
+    elif want in ("auto", "glibc-retain"):
+        env.update(GLIBC_RETAIN)
+        env["DDPV_PEER_ALLOCATOR"] = "glibc, freed memory kept (" + ", ".join(
+            f"{k}={v}" for k, v in GLIBC_RETAIN.items()) + ")"
+    else:
+        env["DDPV_PEER_ALLOCATOR"] = "system (glibc as it comes)"
+    sys.stdout.flush()
+    os.execve(sys.executable, [sys.executable, os.path.abspath(__file__)] + argv, env)
+
+
+if __name__ == "__main__":
+    run_under_allocator(sys.argv[1:])
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -79,6 +138,10 @@ def parse_args(argv):
     p.add_argument("--run-all-epochs", action="store_true",
                    help="keep training after the target is reached (default: stop there)")
     p.add_argument("--json", default="", help="also write the result object here")
+    p.add_argument("--allocator", default="auto", choices=ALLOCATORS,
+                   help="malloc for PyTorch's tensors (Note [Peer allocator]): auto (tcmalloc "
+                   "where installed, else glibc-retain), tcmalloc, glibc-retain (glibc keeping "
+                   "freed memory) or system (glibc as it comes)")
     a = p.parse_args(argv)
     a.input_hwc = None  # the model's default input; a store's own size in --fashion-mnist
     if a.world_size < 1 or a.threads < 1 or a.batch_size < 1:
@@ -241,7 +304,23 @@ def blas_library():
     return ", ".join(names) or "none found"
 
 
+def check_allocator():
+    """Fails unless this process runs under the allocator its environment names (Note [Peer
+    allocator]): a rank that lost it would be measured under glibc as it comes."""
+    name = os.environ.get("DDPV_PEER_ALLOCATOR", "")
+    if name.startswith("tcmalloc"):
+        with open("/proc/self/maps") as f:
+            ok = any("tcmalloc" in line for line in f)
+    elif name.startswith("glibc"):
+        ok = all(os.environ.get(k) == v for k, v in GLIBC_RETAIN.items())
+    else:
+        ok = True
+    if not ok:
+        raise RuntimeError(f"torch_ddp.py: pid {os.getpid()} does not run under {name}")
+
+
 def run(rank, args, init_file):
+    check_allocator()
     torch.set_num_threads(args.threads)
     if args.world_size > 1:
         dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank,
@@ -250,7 +329,8 @@ def run(rank, args, init_file):
         out = fashion_mnist(args, rank) if args.fashion_mnist else synthetic(args, rank)
         if rank == 0:
             out.update(model=args.model, world_size=args.world_size, threads=args.threads,
-                       batch_size=args.batch_size, torch=torch.__version__, blas=blas_library())
+                       batch_size=args.batch_size, torch=torch.__version__, blas=blas_library(),
+                       allocator=os.environ.get("DDPV_PEER_ALLOCATOR", "system (not chosen)"))
             text = json.dumps(out)
             print(text, flush=True)
             if args.json:
