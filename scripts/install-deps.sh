@@ -21,7 +21,7 @@ packages=(
 )
 for arg in "$@"; do
   case "$arg" in
-    # the PyTorch peer, its BLAS and its allocator (Note [Peer allocator] in bench/peer/torch_ddp.py)
+    # the PyTorch peer, its BLAS and its allocator (Note [Peer allocator], bench/peer/torch_ddp.py)
     --bench) packages+=(python3-torch libopenblas0-pthread libtcmalloc-minimal4) ;;
     --cluster) packages+=(slurm-wlm munge iproute2) ;;
     --torch) packages+=(python3-torch) ;;

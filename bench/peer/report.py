@@ -376,8 +376,8 @@ def markdown(rows, res, peak1, peak, ours_tta, theirs_tta, balanced_tta, meta):
                    "at the end of that epoch.)")
     out.append("")
     out.append(f"Versions: {meta['ddpv']}, oneDNN {meta['onednn']}, PyTorch {meta['torch']} "
-               f"(gloo; BLAS {res['blas']}; malloc {res['allocator']}), {meta['mpi']}, {meta['cxx']}, "
-               f"Python {meta['python']}, Linux "
+               f"(gloo; BLAS {res['blas']}; malloc {res['allocator']}), {meta['mpi']}, "
+               f"{meta['cxx']}, Python {meta['python']}, Linux "
                f"{meta['kernel']}. Load average at start {meta['load_start']}, at end "
                f"{meta['load_end']}; the run took {meta['wall_s'] / 60:.1f} min.")
     return "\n".join(out) + "\n"
