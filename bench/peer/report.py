@@ -142,11 +142,10 @@ def collect(raw):
                 sums[round_of(a)] = sum(each)
                 syncs[round_of(a)] = 2 * min(each)
         res["pair"][m], res["pair_sync"][m] = sums, syncs
-    blas = {json.load(open(p)).get("blas", "unknown") for p in glob.glob(f"{raw}/torch-*.json")}
-    res["blas"] = ", ".join(sorted(blas))
-    alloc = {json.load(open(p)).get("allocator", "system (before Note [Peer allocator])")
-             for p in glob.glob(f"{raw}/torch-*.json")}
-    res["allocator"] = ", ".join(sorted(alloc))
+    peers = [json.load(open(p)) for p in glob.glob(f"{raw}/torch-*.json")]
+    res["blas"] = ", ".join(sorted({r.get("blas", "unknown") for r in peers}))
+    res["allocator"] = ", ".join(sorted({r.get("allocator", "system (before Note [Peer allocator])")
+                                         for r in peers}))
     res["sgemm1"] = [sgemm(p) for p in sorted(glob.glob(f"{raw}/sgemm-t1-r*.log"))]
     res["sgemm2"] = [sgemm(p) for p in sorted(glob.glob(f"{raw}/sgemm-t2-r*.log"))]
     return res
