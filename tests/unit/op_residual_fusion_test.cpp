@@ -171,7 +171,8 @@ TEST(BatchNormOpGivenStats, AddsTheResidualAndRectifies) {
     fused->take_given_stats();
     EXPECT_FALSE(fused->fuse_add_relu()) << "not after fuse_relu";
   }
-  for (int block : {0, 16}) {
+  // Blocks of 8: two per image, so each (image, block) plane takes its own channels.
+  for (int block : {0, 8, 16}) {
     SCOPED_TRACE("block " + std::to_string(block));
     BatchNormConfig c = bn_config(16, 4, 5);
     c.block = block;

@@ -128,21 +128,40 @@ class CpuBatchNorm final : public BatchNormOp {
       scale_[size_t(ch + c)] = beta[c] - mean[c] * a;
     }
     // NHWC: runs of C per position; blocked: runs of b per position, C / b blocks per image.
+    // Note [Planes of one block]: the loop goes over (image, block) planes of hw runs that
+    // share their channels, which it finds once per plane. Finding them per run of b floats
+    // (a 64-bit division and a remainder per 64 bytes) made this pass take 0.71 ms in
+    // resnet20's stage-1 blocks, against 0.22 ms for oneDNN's normalisation over two thirds
+    // of the bytes; per plane, layer1.0.bn2's forward took 0.44 / 0.44 / 0.46 ms against
+    // 0.66 / 0.66 / 0.56 (ddpv-train --profile-layers, one rank, alternated with the build
+    // before). AVX-512 clones of the loop gained nothing: it waits on memory.
     const int64_t b = cfg_.block > 0 ? cfg_.block : ch, hw = int64_t{cfg_.h} * cfg_.w;
-    const int64_t runs = int64_t{n} * (ch / b) * hw;
-    const float* sa = scale_.data();
-    const float* sb = scale_.data() + ch;
+    const int64_t blocks = ch / b, planes = int64_t{n} * blocks;
     ctx_.bind_threads();
-    in_team(runs * b >= (1 << 16), [&] {  // Note [No team of one]
-      team_for(int64_t{0}, runs, [&](int64_t r) {
-        const int64_t c0 = cfg_.block > 0 ? (r / hw) % (ch / b) * b : 0, o = r * b;
-#pragma omp simd
-        for (int64_t j = 0; j < b; ++j) {
-          const float v = x[o + j] * sa[c0 + j] + sb[c0 + j] + other[o + j];
-          y[o + j] = v <= 0.0f ? 0.0f : v;  // the add_relu op's rule: NaN kept, -0 becomes +0
-        }
+    in_team(planes * hw * b >= (1 << 16), [&] {  // Note [No team of one]
+      team_for(int64_t{0}, planes, [&](int64_t q) {
+        const float* sa = scale_.data() + q % blocks * b;
+        const float* sb = sa + ch;
+        const int64_t o = q * hw * b;
+        if (b == 16) return add_relu_plane<16>(hw, 16, x + o, sa, sb, other + o, y + o);
+        add_relu_plane<0>(hw, b, x + o, sa, sb, other + o, y + o);
       });
     });
+  }
+
+  // y = max(0, x a + s + other) over hw runs of b floats (B: b known when compiled, or 0),
+  // a and s per float of a run. The add_relu op's rule: NaN kept, -0 becomes +0.
+  template <int B>
+  static void add_relu_plane(int64_t hw, int64_t b, const float* x, const float* a, const float* s,
+                             const float* other, float* y) {
+    if constexpr (B > 0) b = B;
+    for (int64_t p = 0; p < hw; ++p, x += b, other += b, y += b) {
+#pragma omp simd
+      for (int64_t j = 0; j < b; ++j) {
+        const float v = x[j] * a[j] + s[j] + other[j];
+        y[j] = v <= 0.0f ? 0.0f : v;
+      }
+    }
   }
 
   void forward_train(int n, const float* x, const float* gamma, const float* beta, float* y,
