@@ -74,7 +74,9 @@ TEST(ConvOpSingleChannel, MatchesTheNaiveLoopInEveryLayout) {
 // loops) and 4 (the dense path), strides 1 and 2, NHWC and blocks of 8. The direct loops are
 // asked for by the context; by default the first two cases run forward by Winograd (Note
 // [Single-channel Winograd forward]), whose copies round differently: their outputs agree to
-// its tolerance, and so do the windows' positions but for near ties.
+// its tolerance, and so do the windows' positions but for near ties. Where the CPU has
+// AVX-512, backward_pooled's weight gradient on 16-channel runs comes from its AVX-512 loop
+// (Note [Pooled weight gradient by channel vectors]), compared here too.
 TEST(ConvOpSingleChannel, BaselineLoopsMatchTheAvx2Ones) {
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
     GTEST_SKIP() << "no AVX2 + FMA here: the backend runs the baseline loops everywhere";
@@ -291,9 +293,10 @@ TEST(ConvOpSingleChannel, PoolsItsOwnOutputWhenFused) {
 // gradient the separate pooling and ReLU would pass down. The single-channel op: kernels its
 // pooled loops take (3, 5, 7) and one it leaves to the dense path (4), 2 x 2 and 3 x 3
 // pooling, strides 1 and 2, forward by Winograd where the output is whole 4x4 tiles and the
-// pooling 2 x 2. Winograd: F(4x4, 5x5) and F(4x4, 3x3), 2 x 2 pooling (odd outputs
-// leave a row and a column out). Both layouts, one thread and three, overwriting and
-// accumulating.
+// pooling 2 x 2, blocks of 16 (the AVX-512 weight gradient's runs where the CPU has it: Note
+// [Pooled weight gradient by channel vectors]). Winograd: F(4x4, 5x5) and F(4x4, 3x3), 2 x 2
+// pooling (odd outputs leave a row and a column out). Both layouts, one thread and three,
+// overwriting and accumulating.
 TEST(ConvOpFusedMaxPool, MatchesTheNaiveLoopsForwardAndBackward) {
   struct Case {
     ConvCase cc;
@@ -310,6 +313,9 @@ TEST(ConvOpFusedMaxPool, MatchesTheNaiveLoopsForwardAndBackward) {
       {{3, 1, 8, 13, 13, 7, 2, 3, false}, 2, 0, 1, false, single},            // stride 2, no bias
       {{16, 1, 16, 28, 28, 5, 1, 2, true}, 2, 0, 3, false, single_winograd},  // threads: slices
       {{16, 1, 32, 28, 28, 5, 1, 2, true}, 2, 8, 3, false, single_winograd},
+      // blocks of 16: two blocks of lanes for the AVX-512 weight gradient, kernels 5 and 3
+      {{16, 1, 32, 28, 28, 5, 1, 2, true}, 2, 16, 3, false, single_winograd},
+      {{3, 1, 32, 9, 7, 3, 1, 1, true}, 2, 16, 1, false, single},
       {{2, 1, 16, 8, 12, 3, 1, 1, false}, 2, 8, 1, false, "single-channel winograd F(4x4,3x3)"},
       {{2, 1, 16, 8, 12, 3, 1, 1, true}, 3, 0, 1, false, single},   // 3 x 3 pooling: direct
       {{2, 1, 16, 10, 10, 4, 1, 1, true}, 2, 0, 1, false, single},  // dense path: 4 taps

@@ -9,6 +9,7 @@
 
 #include "backend/cpu/conv_single_loops.hpp"
 #include "backend/cpu/cpu_ops.hpp"
+#include "backend/cpu/pooled_grad.hpp"
 #include "backend/cpu/vec8.hpp"
 #include "backend/cpu/winograd.hpp"
 
@@ -100,8 +101,28 @@ class SingleChannelConv2d final : public Conv2dOp {
     const int slices = big ? std::clamp(omp_get_max_threads(), 1, n) : 1;
     const int64_t slice = pg_.slice(g_), kk = int64_t{g_.k} * g_.k;
     sums_.resize(static_cast<size_t>(slices * slice));
-    (avx2_ ? pooled_weight_grad_avx2 : pooled_weight_grad_baseline)(
-        g_, pg_, n, xp_.data(), dpooled, positions, sums_.data(), slices);
+    const PooledGradArgs args{.k = g_.k,
+                              .cout = g_.cout,
+                              .block = g_.block,
+                              .cells = pg_.ph * pg_.pw,
+                              .pwid = g_.w + 2 * g_.p,
+                              .image = image_of(g_),
+                              .cell_at = pg_.cell_at.data(),
+                              .xp = xp_.data(),
+                              .dpooled = dpooled,
+                              .positions = positions};
+    if (avx2_ && g_.s == 1 && pg_.pk == 2 && pooled_weight_grad_avx512_takes(args)) {
+      in_team(slices > 1, [&] {  // Note [Pooled weight gradient by channel vectors]
+#pragma omp for schedule(static)
+        for (int sl = 0; sl < slices; ++sl)
+          pooled_weight_grad_avx512(args, static_cast<int>(int64_t{n} * sl / slices),
+                                    static_cast<int>(int64_t{n} * (sl + 1) / slices),
+                                    sums_.data() + sl * slice);
+      });
+    } else {
+      (avx2_ ? pooled_weight_grad_avx2 : pooled_weight_grad_baseline)(
+          g_, pg_, n, xp_.data(), dpooled, positions, sums_.data(), slices);
+    }
     const auto total = [&](int64_t at) {  // over the slices, in order
       float v = 0.0f;
       for (int sl = 0; sl < slices; ++sl) v += sums_[static_cast<size_t>(sl * slice + at)];

@@ -242,7 +242,8 @@ inline int64_t image_of(const Geometry& g) { return int64_t{g.h + 2 * g.p} * (g.
 // gradient sums v over the live cells. Batches split by image into one slice per thread, each
 // with its own sums, added in slice order (the same result for the same thread count).
 // PooledGeometry, above, gives each cell's patch (cell_at) and each window position's offset
-// (window_at).
+// (window_at). Where the CPU has AVX-512 and the runs hold 16 channels, a loop over channel
+// vectors replaces these (Note [Pooled weight gradient by channel vectors]).
 
 template <int K>
 DDPV_INLINE void pooled_cell(const Geometry& g, const PooledGeometry& pg, const float* xpi,
