@@ -7,6 +7,11 @@
 //   --batch-change N: then also times the first step of batch N (new primitives), and steps of
 //   batch N and of the batch after it, alternated (an epoch's last, smaller batch and the
 //   first of the next: Note [Grow-only activations]).
+//   DDPV_AB_SWITCH=NAME in the environment: sets the variable NAME before every second timed
+//   step and unsets it before the others, and prints the median of (step with NAME) / (step
+//   before it), for a change under a temporary getenv(NAME) switch in the code. On this
+//   noisy machine steps minutes apart differ by more than most changes; consecutive steps in
+//   one process resolve about 1% (a switch that changes nothing: 0.999-1.001).
 #include <dnnl.h>
 #include <omp.h>
 
@@ -117,10 +122,27 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 3; ++i) step(batch);  // primitives, caches, page faults
   std::vector<double> times;
   const double end = now() + seconds;
+  const char* ab = std::getenv("DDPV_AB_SWITCH");
+  std::vector<double> ratios;
+  double last_off = 0;  // the step before
   while (now() < end || times.size() < 5) {
+    const bool on = ab != nullptr && times.size() % 2 == 1;
+    if (ab != nullptr) {
+      if (on)
+        setenv(ab, "1", 1);
+      else
+        unsetenv(ab);
+    }
     const double t0 = now();
     step(batch);
     times.push_back(now() - t0);
+    if (on) ratios.push_back(times.back() / last_off);
+    last_off = times.back();
+  }
+  if (ab != nullptr) {
+    std::sort(ratios.begin(), ratios.end());
+    std::printf("A/B %s: on/off step ratio median %.4f over %zu pairs\n", ab,
+                ratios[ratios.size() / 2], ratios.size());
   }
   std::sort(times.begin(), times.end());
   // Note [Best versus median]: this machine is shared and noisy. The roofline ratio compares

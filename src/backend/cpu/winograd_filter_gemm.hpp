@@ -239,33 +239,22 @@ inline int64_t block_rows_wide(int64_t m, int64_t i0, int64_t most) {
 
 // Columns [0, n / 16 * 16) of one product: 32-column blocks of up to 6 rows (each step of k:
 // 2 vectors of B, 6 broadcasts, 12 multiply-adds), then a 16-column one of up to 12 rows.
-// B's block at column j0 starts at b + j0 * b_block; its rows are ldb floats apart, or, where
-// B is packed (ldb 0), as wide as the block.
+// B's rows are ldb floats apart.
 inline void gemm_wide(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_row, int64_t a_col,
-                      const float* b, int64_t ldb, int64_t b_block, float* c, int64_t ldc,
-                      bool accumulate) {
+                      const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
   const int64_t n32 = n / 32 * 32, n16 = n / 16 * 16;
   for (int64_t i0 = 0, rows = 0; i0 < m && n32 > 0; i0 += rows) {
     rows = block_rows_wide(m, i0, kWideRows / 2);
     for (int64_t j0 = 0; j0 < n32; j0 += 32)
-      gemm_rows_wide<2>(rows, k, a + i0 * a_row, a_row, a_col, b + j0 * b_block, ldb ? ldb : 32,
-                        c + i0 * ldc + j0, ldc, accumulate);
+      gemm_rows_wide<2>(rows, k, a + i0 * a_row, a_row, a_col, b + j0, ldb, c + i0 * ldc + j0, ldc,
+                        accumulate);
   }
   for (int64_t i0 = 0, rows = 0; i0 < m && n16 > n32; i0 += rows) {
     rows = block_rows_wide(m, i0, kWideRows);
-    gemm_rows_wide<1>(rows, k, a + i0 * a_row, a_row, a_col, b + n32 * b_block, ldb ? ldb : 16,
-                      c + i0 * ldc + n32, ldc, accumulate);
+    gemm_rows_wide<1>(rows, k, a + i0 * a_row, a_row, a_col, b + n32, ldb, c + i0 * ldc + n32, ldc,
+                      accumulate);
   }
 }
-
-// The width of B's packed panel at column j0 of n (Note [Packed weight-gradient panels]): the
-// width of the block that reads it.
-inline int64_t panel_width(int64_t n, int64_t j0) {
-  if (n - j0 < 16) return 8;
-  return n / 32 * 32 > j0 ? 32 : 16;
-}
-#else
-inline int64_t panel_width(int64_t n, int64_t j0) { return std::min<int64_t>(16, n - j0); }
 #endif
 
 // One point's C (+)= A B in blocks of 6 rows x 16 columns, A, B and C as g says (Note [Wide
@@ -273,7 +262,7 @@ inline int64_t panel_width(int64_t n, int64_t j0) { return std::min<int64_t>(16,
 inline void gemm_point(const WinogradGemm& g, const float* a, const float* b, float* c) {
 #if defined(__AVX512F__)
   const int64_t wide_n = g.n / 16 * 16;
-  gemm_wide(g.m, g.n, g.k, a, g.a_row, g.a_col, b, g.ldb, 1, c, g.ldc, g.accumulate);
+  gemm_wide(g.m, g.n, g.k, a, g.a_row, g.a_col, b, g.ldb, c, g.ldc, g.accumulate);
   if (wide_n == g.n) return;
   for (int64_t i0 = 0, rows = 0; i0 < g.m; i0 += rows) {
     rows = block_rows(g.m, i0);
@@ -295,11 +284,19 @@ inline void gemm_point(const WinogradGemm& g, const float* a, const float* b, fl
 // lie a whole tile's points apart in the transformed buffers (8-16 KiB for lenet's conv2), so
 // each step of k read A and B from two new, far-apart cache lines, through strides the
 // compiler knew nothing about. Run as they lie, they reached 61 GFLOP/s against 77 for the
-// forward products of the same size (one thread, hot caches, lenet's conv2 shapes). They now
-// copy A^T and B first, up to 64 tiles at a time, into a buffer that stays in L1: A^T's rows
-// one after another, B in micro-panels of 16 columns (8 for a last narrow one), step after
-// step of k, so that a block reads B with a compile-time stride and both in order. 72 GFLOP/s
-// with the copy included. Sums run in the same order as before.
+// forward products of the same size (one thread, hot caches, lenet's conv2 shapes; an AVX2
+// EPYC). They now copy A^T and B first, up to 64 tiles at a time, into a buffer that stays in
+// L1: A^T's rows one after another, B in micro-panels of 16 columns (8 for a last narrow one),
+// step after step of k, so that a block reads B with a compile-time stride and both in order.
+// 72 GFLOP/s with the copy included. Sums run in the same order as before.
+// The AVX-512 loops no longer pack: with their accumulators in registers (Note [Accumulators
+// in registers]) the copy cost more than the strided reads it saved. On the AVX-512 EPYC, one
+// thread, `model_bench --sgd 1` flipping between the two before every step (the median ratio
+// of consecutive steps; 1.0007 and 0.9989 for a switch that changes nothing): in place / packed
+// 0.973 and 0.966 for lenet, 0.972 and 0.966 for resnet20. The AVX2 loops on the same machine
+// measured 1.009 and 0.998, 1.000 and 0.982: they keep the panels they were measured faster
+// with.
+#if !defined(__AVX512F__)
 constexpr int64_t kPanelRows = 64;
 
 // C (R x 8V at c, row stride ldc) (+)= the packed panels: a: k steps of R values, b: k steps
@@ -348,6 +345,8 @@ inline void gemm_rows_packed(int64_t rows, int64_t k, const float* a, int64_t ld
   }
 }
 
+inline int64_t panel_width(int64_t n, int64_t j0) { return std::min<int64_t>(16, n - j0); }
+
 inline float* align64(float* p) {
   return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t{63});
 }
@@ -379,14 +378,9 @@ void gemm_packed(const WinogradGemm& g) {
           }
         }
         const bool accumulate = g.accumulate || k0 > 0;
-        int64_t narrow_from = 0;  // the first column the 8-float blocks do
-#if defined(__AVX512F__)          // Note [Wide Winograd GEMMs]
-        narrow_from = g.n / 16 * 16;
-        gemm_wide(g.m, g.n, k, pa, 1, g.m, pb, 0, k, c, g.ldc, accumulate);
-#endif
-        for (int64_t i0 = 0, rows = 0; i0 < g.m && narrow_from < g.n; i0 += rows) {
+        for (int64_t i0 = 0, rows = 0; i0 < g.m; i0 += rows) {
           rows = block_rows(g.m, i0);
-          for (int64_t j0 = narrow_from; j0 < g.n; j0 += 16) {
+          for (int64_t j0 = 0; j0 < g.n; j0 += 16) {
             float* ci = c + i0 * g.ldc + j0;
             if (j0 + 16 <= g.n) {
               gemm_rows_packed<2>(rows, k, pa + i0, g.m, pb + j0 * k, ci, g.ldc, accumulate);
@@ -399,14 +393,17 @@ void gemm_packed(const WinogradGemm& g) {
     });
   });
 }
+#endif
 
 // Note [Winograd GEMMs]: dnnl_sgemm ran the per-point products (64 rows, k and n of 32 to 64)
 // at 40-50 GFLOP/s on an AVX2 core, its packing and dispatch a large part of such small
 // problems. Blocks of 6 rows x 16 columns with A and B read in place reach more (see
-// docs/performance-log.md), and the points run in parallel. Products whose k walks A's rows with
-// a stride (the weight gradient's) go through packed panels first.
+// docs/performance-log.md), and the points run in parallel. Without AVX-512, products whose k
+// walks A's rows with a stride (the weight gradient's) go through packed panels first.
 void gemm(const WinogradGemm& g) {
+#if !defined(__AVX512F__)  // Note [Packed weight-gradient panels]
   if (g.a_row == 1 && g.a_col != 1 && g.m % 8 == 0 && g.n % 8 == 0) return gemm_packed(g);
+#endif
   in_team(g.points * g.m * g.n * g.k >= kParallelGemmMin, [&] {  // Note [No team of one]
     team_for(int64_t{0}, g.points, [&](int64_t p) {
       gemm_point(g, g.a + p * g.a_point, g.b + p * g.b_point, g.c + p * g.c_point);
