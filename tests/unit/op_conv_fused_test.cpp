@@ -316,6 +316,7 @@ TEST(ConvOpFusedMaxPool, MatchesTheNaiveLoopsForwardAndBackward) {
       // blocks of 16: two blocks of lanes for the AVX-512 weight gradient, kernels 5 and 3
       {{16, 1, 32, 28, 28, 5, 1, 2, true}, 2, 16, 3, false, single_winograd},
       {{3, 1, 32, 9, 7, 3, 1, 1, true}, 2, 16, 1, false, single},
+      {{4, 1, 32, 12, 12, 5, 1, 2, false}, 2, 0, 1, false, single_winograd},  // NHWC: 2 runs a cell
       {{2, 1, 16, 8, 12, 3, 1, 1, false}, 2, 8, 1, false, "single-channel winograd F(4x4,3x3)"},
       {{2, 1, 16, 8, 12, 3, 1, 1, true}, 3, 0, 1, false, single},   // 3 x 3 pooling: direct
       {{2, 1, 16, 10, 10, 4, 1, 1, true}, 2, 0, 1, false, single},  // dense path: 4 taps
