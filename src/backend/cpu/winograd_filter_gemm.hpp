@@ -345,8 +345,6 @@ inline void gemm_rows_packed(int64_t rows, int64_t k, const float* a, int64_t ld
   }
 }
 
-inline int64_t panel_width(int64_t n, int64_t j0) { return std::min<int64_t>(16, n - j0); }
-
 inline float* align64(float* p) {
   return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t{63});
 }
@@ -370,7 +368,7 @@ void gemm_packed(const WinogradGemm& g) {
           for (int64_t i = 0; i < g.m; i += 8) store8(pa + t * g.m + i, load8(src + i));
         }
         for (int64_t j0 = 0, w = 0; j0 < g.n; j0 += w) {  // B: [block][k][its width]
-          w = panel_width(g.n, j0);
+          w = std::min<int64_t>(16, g.n - j0);            // the width of the block that reads it
           float* dst = pb + j0 * k;
           for (int64_t t = 0; t < k; ++t) {
             const float* src = b + (k0 + t) * g.ldb + j0;
