@@ -7,12 +7,17 @@
 //   --batch-change N: then also times the first step of batch N (new primitives), and steps of
 //   batch N and of the batch after it, alternated (an epoch's last, smaller batch and the
 //   first of the next: Note [Grow-only activations]).
+//   --sync-steps N [--sync-warmup W]: under mpirun, every rank trains its own copy of the model
+//   (W more warm-up steps, then N timed ones, with --sgd as given) and waits at an MPI barrier
+//   after each step; no gradient is exchanged. Rank 0 prints the images/s of all ranks together
+//   and each rank's busy time (Note [The step-synchronous ceiling]).
 //   DDPV_AB_SWITCH=NAME in the environment: sets the variable NAME before every second timed
 //   step and unsets it before the others, and prints the median of (step with NAME) / (step
 //   before it), for a change under a temporary getenv(NAME) switch in the code. On this
 //   noisy machine steps minutes apart differ by more than most changes; consecutive steps in
 //   one process resolve about 1% (a switch that changes nothing: 0.999-1.001).
 #include <dnnl.h>
+#include <mpi.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -54,6 +59,46 @@ double sgemm_peak_gflops(int threads) {
   return best;
 }
 
+// Note [The step-synchronous ceiling]: a synchronous data-parallel trainer runs every step at
+// the pace of its slowest rank. On a machine whose cores' speed jitters from step to step (this
+// project's 2-core VM: a loop of register-only FMAs took 7% longer than its best at the median
+// and 13% at the 90th percentile, 2026-12-05), the slower of two ranks is slower than a typical
+// step even where the two get equal shares over a whole run, so two ranks scale by less than
+// 2x whatever the trainer does. This mode measures that bound directly: the trainer's own
+// step (forward, loss, backward, SGD) on every rank, a barrier after each, nothing exchanged:
+// its 2-rank over 1-rank images/s is the most any synchronous trainer of this step could
+// scale by in those minutes, and the trainer's scaling over it is what its communication,
+// shared update and agreement cost (scripts/bench.sh, the step-synchronous ceiling rows).
+struct SyncResult {
+  double images_per_s = 0;
+  std::vector<double> busy;  // by rank: seconds in its steps, barriers excluded
+};
+
+template <class Step>
+SyncResult run_synchronised(const Step& step, int batch, int warmup, int steps) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  for (int i = 0; i < warmup; ++i) {
+    step(batch);
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  double busy = 0;
+  const double t0 = now();
+  for (int i = 0; i < steps; ++i) {
+    const double s = now();
+    step(batch);
+    busy += now() - s;
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  const double wall = now() - t0;
+  SyncResult r;
+  r.images_per_s = double(size) * batch * steps / wall;
+  r.busy.resize(size_t(size));
+  MPI_Gather(&busy, 1, MPI_DOUBLE, r.busy.data(), 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  return r;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -62,7 +107,7 @@ int main(int argc, char** argv) {
   double seconds = 3;
   bool sgemm_only = false;  // scripts/bench.sh: only the peak, for the roofline of a DDP run
   bool sgd = false;
-  int change = 0;
+  int change = 0, sync_steps = 0, sync_warmup = 0;
   for (int i = 1; i < argc; i += 2) {
     if (!std::strcmp(argv[i], "--sgemm-only")) {
       sgemm_only = true;
@@ -82,10 +127,18 @@ int main(int argc, char** argv) {
       sgd = std::atoi(argv[i + 1]) != 0;
     else if (!std::strcmp(argv[i], "--batch-change"))
       change = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--sync-steps"))
+      sync_steps = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--sync-warmup"))
+      sync_warmup = std::atoi(argv[i + 1]);
     else {
       std::fprintf(stderr, "model_bench: unknown option %s\n", argv[i]);
       return 2;
     }
+  }
+  if (sync_steps < 0 || sync_warmup < 0) {
+    std::fprintf(stderr, "model_bench: --sync-steps and --sync-warmup must not be negative\n");
+    return 2;
   }
   if (sgemm_only) {
     std::printf("sgemm peak %.1f GFLOP/s (%d thread%s, dnnl_sgemm 1024^3, best run)\n",
@@ -120,6 +173,20 @@ int main(int argc, char** argv) {
                           model->grad_data(), model->momentum_data());
   };
   for (int i = 0; i < 3; ++i) step(batch);  // primitives, caches, page faults
+  if (sync_steps > 0) {                     // Note [The step-synchronous ceiling]
+    MPI_Init(&argc, &argv);
+    const SyncResult r = run_synchronised(step, batch, sync_warmup, sync_steps);
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) {
+      std::printf("sync ranks %zu steps %d batch %d: %.1f images/s in all; busy s by rank",
+                  r.busy.size(), sync_steps, batch, r.images_per_s);
+      for (double b : r.busy) std::printf(" %.4f", b);
+      std::printf("\n");
+    }
+    MPI_Finalize();
+    return 0;
+  }
   std::vector<double> times;
   const double end = now() + seconds;
   const char* ab = std::getenv("DDPV_AB_SWITCH");

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `make bench`: ddpvision against PyTorch DDP (bench/peer/torch_ddp.py) on this machine, in one
 # run: synthetic training throughput of lenet and resnet20 at 1 and 2 ranks x 1 thread (and
-# of two independent 1-rank runs at once: the machine's ceiling for scaling), the
-# sgemm peak for the roofline, and the wall time to 91% test accuracy on Fashion-MNIST.
+# of two independent 1-rank runs at once: the machine's ceiling for scaling; and of our step
+# alone on 1 and 2 ranks with a barrier after each: the step-synchronous ceiling), the sgemm
+# peak for the roofline, and the wall time to 91% test accuracy on Fashion-MNIST.
 # Ours and PyTorch's alternate, ROUNDS times; bench/peer/report.py prints medians and ratios
 # and writes bench/results/latest.md and latest.png. Method: docs/performance.md.
 #   ROUNDS=3           rounds of the throughput runs (medians over rounds)
@@ -118,6 +119,14 @@ ours_pair() {  # model round
   for k in "${pids[@]}"; do wait "$k" || rc=1; done  # both end (finite runs) before any exit
   [ $rc = 0 ] || exit 1
 }
+# Note [The step-synchronous ceiling] (bench/model_bench.cpp): our training step on every rank,
+# a barrier after each, no gradient exchanged; the same warm-up and timed steps as the trainer.
+probe_sync() {  # model ranks round
+  local m=$1 np=$2 r=$3
+  logged "probe-$m-w$np-r$r" ${MPIRUN:-mpirun} -np "$np" "${mpirun_args[@]}" -x OMP_NUM_THREADS \
+    "$BIN/model_bench" --model "$m" --batch $BATCH --threads 1 --sgd 1 \
+    --sync-warmup "${WARMUP[$m]}" --sync-steps "${TIMED[$m]}"
+}
 torch_synthetic() {  # model ranks round
   local m=$1 np=$2 r=$3 formats=nchw,channels_last
   [ $((r % 2)) = 0 ] && formats=channels_last,nchw  # neither format always goes first
@@ -143,6 +152,14 @@ for r in $(seq 1 "$ROUNDS"); do
     done
     ours_pair $m "$r"
     echo "   $m: two independent 1-rank runs done"
+    if [ $((r % 2)) = 1 ]; then
+      probe_sync $m 1 "$r"
+      probe_sync $m 2 "$r"
+    else
+      probe_sync $m 2 "$r"
+      probe_sync $m 1 "$r"
+    fi
+    echo "   $m: our step synchronised without communication at 1 and 2 ranks done"
   done
 done
 

@@ -1,7 +1,8 @@
 #!/bin/bash
 # The `make bench` tooling: bench/peer/report.py turns hand-made raw results into the expected
-# medians, ratios and verdicts (figures worked out by hand below), and bench/peer/torch_ddp.py
-# runs 2-rank DDP on synthetic data and on a tiny store. Skips (77) without torch, h5py or
+# medians, ratios and verdicts (figures worked out by hand below), model_bench's
+# step-synchronous probe runs on 2 ranks, and bench/peer/torch_ddp.py runs 2-rank DDP on
+# synthetic data and on a tiny store. Skips (77) without torch, h5py or
 # matplotlib.
 source "$(dirname "$0")/lib.sh"
 if ! "$PY" -c 'import torch, h5py, matplotlib' 2>/dev/null; then
@@ -51,6 +52,20 @@ ours_run "$raw/ours-lenet-pair-r1-b.jsonl" 5 100 800 800 100
 ours_run "$raw/ours-lenet-pair-r2-a.jsonl" 5 1000 1000 1000 1000
 ours_run "$raw/ours-lenet-pair-r2-b.jsonl" 5 1000 1000 1000 1000
 ours_run "$raw/ours-resnet20-pair-r1-a.jsonl" 1 200 200 200 200
+# The step-synchronous probe (model_bench --sync-steps), lenet only: 1 rank 1000 and 1100
+# images/s (median 1050), 2 ranks 1900 and 2145 (median 2022.5): 2022.5 / 1050 = 1.926x,
+# rounds 1900 / 1000 = 1.90x and 2145 / 1100 = 1.95x. Our scaling 2100 / 1100 = 1.909x is 99%
+# of it; round by round 2.00 / 1.90 = 105% and 1.833 / 1.95 = 94%. The 2-rank probes' ranks
+# were busy 1.0 and 1.1 s (10%), then 1.2 and 1.2 s (0%): median 5%.
+probe_log() {  # FILE RANKS IMAGES/S BUSY...
+  local f=$1 np=$2 ips=$3
+  shift 3
+  echo "sync ranks $np steps 80 batch 64: $ips images/s in all; busy s by rank $*" >"$f"
+}
+probe_log "$raw/probe-lenet-w1-r1.log" 1 1000.0 1.0240
+probe_log "$raw/probe-lenet-w1-r2.log" 1 1100.0 0.9310
+probe_log "$raw/probe-lenet-w2-r1.log" 2 1900.0 1.0000 1.1000
+probe_log "$raw/probe-lenet-w2-r2.log" 2 2145.0 1.2000 1.2000
 # PyTorch: best formats 400 and 500 -> 450 (lenet x1); 700, 700 -> 700 (lenet x2).
 peer_run "$raw/torch-lenet-w1-r1.json" 400 300
 peer_run "$raw/torch-lenet-w1-r2.json" 100 500
@@ -122,7 +137,10 @@ expect "| lenet images/s, 2 ranks x 1 thread | 2100 (2000-2200) | 700 (700-700) 
 expect "| resnet20 images/s, 2 ranks x 1 thread | 400 (400-400) | 160 (160-160) | 2.50x | >= 1.2x | yes |"
 # Scaling: the ratio of the medians (2100 / 1100, 700 / 450), then each round's own ratio
 # (2000 / 1000 and 2200 / 1200; PyTorch 700 / 400 and 700 / 500).
-expect "| lenet scaling 1 -> 2 ranks | 1.91x (rounds 2.00x, 1.83x) | 1.56x (rounds 1.75x, 1.40x) | 1.23x | >= 1.95x (ours) | no (the machine's ceiling in this run: 1.68x) |"
+expect "| lenet scaling 1 -> 2 ranks | 1.91x (rounds 2.00x, 1.83x) | 1.56x (rounds 1.75x, 1.40x) | 1.23x | >= 1.95x (ours) | no (the machine's ceiling in this run: 1.68x; a synchronous step with no communication scaled 1.93x) |"
+expect "| lenet step-synchronous ceiling: our step on each rank, a barrier after each, nothing exchanged: 2 ranks / 1 rank | 1.93x (rounds 1.90x, 1.95x) (our scaling is 99% of it; rounds 105%, 94%; the busier rank +5%) |"
+expect "Step-synchronous ceiling rows: \`model_bench --sync-steps\`"
+[[ $md != *"resnet20 step-synchronous"* ]] || fail "a step-synchronous row for resnet20, which has no probe"
 expect "| resnet20 scaling 1 -> 2 ranks | 2.00x (rounds 2.00x, 2.00x) | 1.60x (rounds 1.60x, 1.60x) | 1.25x | >= 1.95x (ours) | yes |"
 expect "| lenet ceiling: two independent 1-rank runs at once / 1 rank | 1.68x (rounds 1.70x, 1.67x) (2 ranks reach 114% of the pair; rounds 118%, 110%) |"
 expect "| lenet synchronous ceiling: 2 x the slower of those two runs / 1 rank | 1.64x (rounds 1.60x, 1.67x) (2 ranks reach 117% of it; rounds 125%, 110%) |"
@@ -152,6 +170,32 @@ echo '{"event": "epoch", "epoch": 1, "val_acc": 0.905, "elapsed_s": 9.0}' >"$WOR
   >/dev/null || fail "report.py failed on a missed round"
 [[ $(cat "$WORK/latest2.md") == *"| not reached in round 2 of 3 (1 epochs; best 90.50%) | 70.0 s (60.0-80.0; epochs 2, 3, 2) | n/a | <= 0.33x | no |"* ]] ||
   fail "a missed round: $(grep 'time to 91%' "$WORK/latest2.md")"
+
+# A probe log without its result line (a run that died) stops the report, naming the file.
+cp -r "$raw" "$WORK/raw3"
+echo "model_bench: killed" >"$WORK/raw3/probe-lenet-w2-r2.log"
+if "$PY" "$SRC/bench/peer/report.py" "$WORK/raw3" --md "$WORK/latest3.md" --png "$WORK/latest3.png" \
+     >/dev/null 2>"$WORK/raw3.err"; then
+  fail "report.py accepted a probe log with no result"
+fi
+grep -q "probe-lenet-w2-r2.log: no 'sync ranks' line" "$WORK/raw3.err" ||
+  fail "no message naming the broken probe log: $(cat "$WORK/raw3.err")"
+
+# The probe itself: lenet on 2 ranks, a few steps each; report.py's parser reads its line.
+OMP_NUM_THREADS=1 timeout 300 "${MPI2[@]}" -x OMP_NUM_THREADS "$BIN/model_bench" --model lenet \
+  --batch 16 --threads 1 --sgd 1 --sync-warmup 1 --sync-steps 4 >"$WORK/probe.log" 2>&1 ||
+  fail "model_bench --sync-steps on 2 ranks: $(cat "$WORK/probe.log")"
+"$PY" - "$SRC/bench/peer" "$WORK/probe.log" <<'EOF' || fail "probe result: $(cat "$WORK/probe.log")"
+import sys
+sys.path.insert(0, sys.argv[1])
+import report
+images_per_s, busy = report.probe(sys.argv[2])
+assert images_per_s > 0 and len(busy) == 2 and min(busy) > 0, (images_per_s, busy)
+EOF
+if "$BIN/model_bench" --model lenet --sync-steps -1 >"$WORK/bad.log" 2>&1; then
+  fail "model_bench accepted --sync-steps -1"
+fi
+grep -q "must not be negative" "$WORK/bad.log" || fail "no message for --sync-steps -1: $(cat "$WORK/bad.log")"
 
 # The peer itself: 2 ranks, both memory formats, then time-to-accuracy on a tiny store.
 json=$("$PY" "$SRC/bench/peer/torch_ddp.py" --model lenet --world-size 2 --warmup 1 --steps 2 \
