@@ -11,6 +11,9 @@
 //   (W more warm-up steps, then N timed ones, with --sgd as given) and waits at an MPI barrier
 //   after each step; no gradient is exchanged. Rank 0 prints the images/s of all ranks together
 //   and each rank's busy time (Note [The step-synchronous ceiling]).
+//   --jitter: only times 150 runs of a loop of arithmetic in registers (no memory, about 80 ms
+//   each here) and prints the best, median, 90th percentile and worst: how much the machine
+//   alone moves from one step-sized stretch of work to the next.
 //   DDPV_AB_SWITCH=NAME in the environment: sets the variable NAME before every second timed
 //   step and unsets it before the others, and prints the median of (step with NAME) / (step
 //   before it), for a change under a temporary getenv(NAME) switch in the code. On this
@@ -59,16 +62,39 @@ double sgemm_peak_gflops(int threads) {
   return best;
 }
 
+// --jitter: 150 runs of `iterations` rounds of 4 independent multiply-adds on 8-float vectors,
+// which stay in registers (eight of SSE's sixteen in the baseline build); milliseconds of each
+// run, sorted.
+std::vector<double> jitter_runs(long iterations) {
+  using v8 = float __attribute__((vector_size(32)));
+  v8 acc[4];
+  for (int i = 0; i < 4; ++i) acc[i] = v8{} + 1.0f + 1e-7f * float(i);
+  const v8 mul = v8{} + 0.9999999f, add = v8{} + 1e-7f;
+  std::vector<double> ms;
+  for (int run = 0; run < 150; ++run) {
+    const double t0 = now();
+    for (long k = 0; k < iterations; ++k)
+      for (auto& a : acc) a = a * mul + add;  // kept: the sums are read below
+    ms.push_back((now() - t0) * 1e3);
+  }
+  float sink = 0;
+  for (const auto& a : acc) sink += a[0];
+  if (sink == 42.0f) std::printf(" ");
+  std::sort(ms.begin(), ms.end());
+  return ms;
+}
+
 // Note [The step-synchronous ceiling]: a synchronous data-parallel trainer runs every step at
 // the pace of its slowest rank. On a machine whose cores' speed jitters from step to step (this
-// project's 2-core VM: a loop of register-only FMAs took 7% longer than its best at the median
-// and 13% at the 90th percentile, 2026-12-05), the slower of two ranks is slower than a typical
-// step even where the two get equal shares over a whole run, so two ranks scale by less than
-// 2x whatever the trainer does. This mode measures that bound directly: the trainer's own
-// step (forward, loss, backward, SGD) on every rank, a barrier after each, nothing exchanged:
-// its 2-rank over 1-rank images/s is the most any synchronous trainer of this step could
-// scale by in those minutes, and the trainer's scaling over it is what its communication,
-// shared update and agreement cost (scripts/bench.sh, the step-synchronous ceiling rows).
+// project's 2-core VM: `model_bench --jitter`, arithmetic in registers only, ran 6-10% longer
+// than its best run at the median and 12-27% at the 90th percentile, 2026-12-05), the slower of two
+// ranks is slower than a typical step even where the two get equal shares over a whole run, so two
+// ranks scale by less than 2x whatever the trainer does. This mode measures that bound directly:
+// the trainer's own step (forward, loss, backward, SGD) on every rank, a barrier after each,
+// nothing exchanged: its 2-rank over 1-rank images/s is the most any synchronous trainer of this
+// step could scale by in those minutes, and the trainer's scaling over it is what its
+// communication, shared update and agreement cost (scripts/bench.sh, the step-synchronous ceiling
+// rows).
 struct SyncResult {
   double images_per_s = 0;
   std::vector<double> busy;  // by rank: seconds in its steps, barriers excluded
@@ -106,11 +132,15 @@ int main(int argc, char** argv) {
   int batch = 64, threads = 1;
   double seconds = 3;
   bool sgemm_only = false;  // scripts/bench.sh: only the peak, for the roofline of a DDP run
+  bool jitter = false;
   bool sgd = false;
   int change = 0, sync_steps = 0, sync_warmup = 0;
   for (int i = 1; i < argc; i += 2) {
     if (!std::strcmp(argv[i], "--sgemm-only")) {
       sgemm_only = true;
+      --i;
+    } else if (!std::strcmp(argv[i], "--jitter")) {
+      jitter = true;
       --i;
     } else if (i + 1 == argc) {
       std::fprintf(stderr, "model_bench: option %s needs a value\n", argv[i]);
@@ -139,6 +169,16 @@ int main(int argc, char** argv) {
   if (sync_steps < 0 || sync_warmup < 0) {
     std::fprintf(stderr, "model_bench: --sync-steps and --sync-warmup must not be negative\n");
     return 2;
+  }
+  if (jitter) {
+    const std::vector<double> ms = jitter_runs(18000000);
+    const double best = ms.front();
+    std::printf(
+        "jitter: 150 runs of arithmetic in registers: best %.1f ms, median +%.1f%%, 90th "
+        "percentile +%.1f%%, worst +%.1f%%\n",
+        best, 100 * (ms[ms.size() / 2] / best - 1), 100 * (ms[ms.size() * 9 / 10] / best - 1),
+        100 * (ms.back() / best - 1));
+    return 0;
   }
   if (sgemm_only) {
     std::printf("sgemm peak %.1f GFLOP/s (%d thread%s, dnnl_sgemm 1024^3, best run)\n",

@@ -192,6 +192,15 @@ import report
 images_per_s, busy = report.probe(sys.argv[2])
 assert images_per_s > 0 and len(busy) == 2 and min(busy) > 0, (images_per_s, busy)
 EOF
+# --jitter: the machine's own spread over runs of arithmetic in registers, in order.
+"$BIN/model_bench" --jitter >"$WORK/jitter.log" 2>&1 || fail "model_bench --jitter: $(cat "$WORK/jitter.log")"
+"$PY" - "$WORK/jitter.log" <<'EOF' || fail "jitter line: $(cat "$WORK/jitter.log")"
+import re, sys
+m = re.search(r"best ([0-9.]+) ms, median \+([0-9.]+)%, 90th percentile \+([0-9.]+)%, worst "
+              r"\+([0-9.]+)%", open(sys.argv[1]).read())
+best, median, p90, worst = map(float, m.groups())
+assert best > 0 and 0 <= median <= p90 <= worst, m.groups()
+EOF
 if "$BIN/model_bench" --model lenet --sync-steps -1 >"$WORK/bad.log" 2>&1; then
   fail "model_bench accepted --sync-steps -1"
 fi
