@@ -9,8 +9,9 @@
 //   first of the next: Note [Grow-only activations]).
 //   --sync-steps N [--sync-warmup W]: under mpirun, every rank trains its own copy of the model
 //   (W more warm-up steps, then N timed ones, with --sgd as given) and waits at an MPI barrier
-//   after each step; no gradient is exchanged. Rank 0 prints the images/s of all ranks together
-//   and each rank's busy time (Note [The step-synchronous ceiling]).
+//   after each step; no gradient is exchanged. Between blocks of those, each rank runs as many
+//   steps alone while the others sleep. Rank 0 prints the images/s of all ranks together, each
+//   rank's busy time, and each rank's images/s alone (Note [The step-synchronous ceiling]).
 //   --jitter: only times 150 runs of a loop of arithmetic in registers (no memory, about 80 ms
 //   each here) and prints the best, median, 90th percentile and worst: how much the machine
 //   alone moves from one step-sized stretch of work to the next.
@@ -29,6 +30,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ddpv/core/rng.hpp"
@@ -87,18 +89,34 @@ std::vector<double> jitter_runs(long iterations) {
 // Note [The step-synchronous ceiling]: a synchronous data-parallel trainer runs every step at
 // the pace of its slowest rank. On a machine whose cores' speed jitters from step to step (this
 // project's 2-core VM: `model_bench --jitter`, arithmetic in registers only, ran 6-10% longer
-// than its best run at the median and 12-27% at the 90th percentile, 2026-12-05), the slower of two
-// ranks is slower than a typical step even where the two get equal shares over a whole run, so two
-// ranks scale by less than 2x whatever the trainer does. This mode measures that bound directly:
-// the trainer's own step (forward, loss, backward, SGD) on every rank, a barrier after each,
-// nothing exchanged: its 2-rank over 1-rank images/s is the most any synchronous trainer of this
-// step could scale by in those minutes, and the trainer's scaling over it is what its
-// communication, shared update and agreement cost (scripts/bench.sh, the step-synchronous ceiling
-// rows).
+// than its best run at the median and 12-27% at the 90th percentile, 2026-12-05), the slower
+// of two ranks is slower than a typical step even where the two get equal shares over a whole
+// run, so two ranks scale by less than 2x whatever the trainer does. This mode measures that
+// bound directly: the trainer's own step (forward, loss, backward, SGD) on every rank, a
+// barrier after each, nothing exchanged. Its scaling is the most any synchronous trainer of
+// this step could reach on the machine of those seconds, and the trainer's scaling over it is
+// what its communication, shared update and agreement cost (scripts/bench.sh, the
+// step-synchronous ceiling rows). The 1-rank side is measured in the same seconds: the timed
+// steps go in four blocks, and each block also runs the same number of steps on every rank
+// alone while the others sleep (the order of the two halves alternating between blocks), so
+// the machine's drift over a minute, which moves runs taken apart by up to 20%, cancels.
 struct SyncResult {
-  double images_per_s = 0;
-  std::vector<double> busy;  // by rank: seconds in its steps, barriers excluded
+  double images_per_s = 0;    // all ranks together, a barrier after each step
+  std::vector<double> busy;   // by rank: seconds in its steps together, barriers excluded
+  std::vector<double> alone;  // by rank: images/s of its steps alone
 };
+
+// A barrier at which a rank that arrives early sleeps instead of spinning, so that the rank
+// still working has the machine to itself, as a 1-rank run has.
+void sleeping_barrier() {
+  MPI_Request request;
+  MPI_Ibarrier(MPI_COMM_WORLD, &request);
+  for (int done = 0;;) {
+    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (done) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
 
 template <class Step>
 SyncResult run_synchronised(const Step& step, int batch, int warmup, int steps) {
@@ -109,19 +127,46 @@ SyncResult run_synchronised(const Step& step, int batch, int warmup, int steps) 
     step(batch);
     MPI_Barrier(MPI_COMM_WORLD);
   }
-  double busy = 0;
-  const double t0 = now();
-  for (int i = 0; i < steps; ++i) {
-    const double s = now();
-    step(batch);
-    busy += now() - s;
+  double busy = 0, together = 0, alone = 0;
+  auto run_together = [&](int k) {
     MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = now();
+    for (int i = 0; i < k; ++i) {
+      const double s = now();
+      step(batch);
+      busy += now() - s;
+      MPI_Barrier(MPI_COMM_WORLD);
+    }
+    together += now() - t0;
+  };
+  auto run_alone = [&](int k) {
+    for (int q = 0; q < size; ++q) {
+      if (q == rank) {
+        const double t0 = now();
+        for (int i = 0; i < k; ++i) step(batch);
+        alone += now() - t0;
+      }
+      sleeping_barrier();
+    }
+  };
+  const int blocks = std::min(4, steps);
+  for (int b = 0; b < blocks; ++b) {
+    const int k = steps * (b + 1) / blocks - steps * b / blocks;
+    if (b % 2 == 0) {
+      run_alone(k);
+      run_together(k);
+    } else {
+      run_together(k);
+      run_alone(k);
+    }
   }
-  const double wall = now() - t0;
   SyncResult r;
-  r.images_per_s = double(size) * batch * steps / wall;
+  r.images_per_s = double(size) * batch * steps / together;
   r.busy.resize(size_t(size));
+  r.alone.resize(size_t(size));
+  const double alone_rate = double(batch) * steps / alone;
   MPI_Gather(&busy, 1, MPI_DOUBLE, r.busy.data(), 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  MPI_Gather(&alone_rate, 1, MPI_DOUBLE, r.alone.data(), 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   return r;
 }
 
@@ -222,6 +267,8 @@ int main(int argc, char** argv) {
       std::printf("sync ranks %zu steps %d batch %d: %.1f images/s in all; busy s by rank",
                   r.busy.size(), sync_steps, batch, r.images_per_s);
       for (double b : r.busy) std::printf(" %.4f", b);
+      std::printf("; alone images/s by rank");
+      for (double a : r.alone) std::printf(" %.1f", a);
       std::printf("\n");
     }
     MPI_Finalize();
