@@ -168,6 +168,17 @@ echo '{"event": "epoch", "epoch": 1, "val_acc": 0.905, "elapsed_s": 9.0}' >"$WOR
 [[ $(cat "$WORK/latest2.md") == *"| not reached in round 2 of 3 (1 epochs; best 90.50%) | 70.0 s (60.0-80.0; epochs 2, 3, 2) | n/a | <= 0.33x | no |"* ]] ||
   fail "a missed round: $(grep 'time to 91%' "$WORK/latest2.md")"
 
+# A judged figure that misses never reads as its target: one more place where rounding would.
+"$PY" - "$SRC/bench/peer" <<'EOF' || fail "report.judged rounds a miss into a pass"
+import sys
+sys.path.insert(0, sys.argv[1])
+from report import judged
+assert judged(1.946, 1.95) == "1.946" and judged(1.95, 1.95) == "1.95", judged(1.946, 1.95)
+assert judged(1.944, 1.95) == "1.94" and judged(2.004, 1.95) == "2.00"
+assert judged(89.96, 90, 1) == "89.96" and judged(90.04, 90, 1) == "90.0"
+assert judged(0.3349, 0.33, at_most=True) == "0.335" and judged(0.3251, 0.33, at_most=True) == "0.33"
+EOF
+
 # A probe log without its result line (a run that died) stops the report, naming the file.
 cp -r "$raw" "$WORK/raw3"
 echo "model_bench: killed" >"$WORK/raw3/probe-lenet-w2-r2.log"
