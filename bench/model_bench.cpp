@@ -76,12 +76,11 @@ std::vector<double> jitter_runs(long iterations) {
   for (int run = 0; run < 150; ++run) {
     const double t0 = now();
     for (long k = 0; k < iterations; ++k)
-      for (auto& a : acc) a = a * mul + add;  // kept: the sums are read below
+      for (auto& a : acc) a = a * mul + add;
     ms.push_back((now() - t0) * 1e3);
   }
-  float sink = 0;
-  for (const auto& a : acc) sink += a[0];
-  if (sink == 42.0f) std::printf(" ");
+  volatile float sink = 0;  // the sums are read, so the loop runs
+  for (const auto& a : acc) sink = sink + a[0];
   std::sort(ms.begin(), ms.end());
   return ms;
 }
@@ -101,6 +100,7 @@ std::vector<double> jitter_runs(long iterations) {
 // alone while the others sleep (the order of the two halves alternating between blocks), so
 // the machine's drift over a minute, which moves runs taken apart by up to 20%, cancels.
 struct SyncResult {
+  int rank = 0;               // this process's; the vectors below are filled on rank 0
   double images_per_s = 0;    // all ranks together, a barrier after each step
   std::vector<double> busy;   // by rank: seconds in its steps together, barriers excluded
   std::vector<double> alone;  // by rank: images/s of its steps alone
@@ -161,6 +161,7 @@ SyncResult run_synchronised(const Step& step, int batch, int warmup, int steps) 
     }
   }
   SyncResult r;
+  r.rank = rank;
   r.images_per_s = double(size) * batch * steps / together;
   r.busy.resize(size_t(size));
   r.alone.resize(size_t(size));
@@ -261,9 +262,7 @@ int main(int argc, char** argv) {
   if (sync_steps > 0) {                     // Note [The step-synchronous ceiling]
     MPI_Init(&argc, &argv);
     const SyncResult r = run_synchronised(step, batch, sync_warmup, sync_steps);
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (rank == 0) {
+    if (r.rank == 0) {
       std::printf("sync ranks %zu steps %d batch %d: %.1f images/s in all; busy s by rank",
                   r.busy.size(), sync_steps, batch, r.images_per_s);
       for (double b : r.busy) std::printf(" %.4f", b);

@@ -122,9 +122,9 @@ ours_pair() {  # model round
 # Note [The step-synchronous ceiling] (bench/model_bench.cpp): our training step on every rank,
 # a barrier after each, no gradient exchanged, and in between the same steps on each rank
 # alone; the same warm-up and timed steps as the trainer.
-probe_sync() {  # model ranks round
-  local m=$1 np=$2 r=$3
-  logged "probe-$m-w$np-r$r" ${MPIRUN:-mpirun} -np "$np" "${mpirun_args[@]}" -x OMP_NUM_THREADS \
+probe_sync() {  # model round
+  local m=$1 r=$2
+  logged "probe-$m-w2-r$r" ${MPIRUN:-mpirun} -np 2 "${mpirun_args[@]}" -x OMP_NUM_THREADS \
     "$BIN/model_bench" --model "$m" --batch $BATCH --threads 1 --sgd 1 \
     --sync-warmup "${WARMUP[$m]}" --sync-steps "${TIMED[$m]}"
 }
@@ -153,7 +153,7 @@ for r in $(seq 1 "$ROUNDS"); do
     done
     ours_pair $m "$r"
     echo "   $m: two independent 1-rank runs done"
-    probe_sync $m 2 "$r"
+    probe_sync $m "$r"
     echo "   $m: our step on 2 ranks synchronised without communication, and alone, done"
   done
 done
