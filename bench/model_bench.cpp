@@ -11,7 +11,10 @@
 //   (W more warm-up steps, then N timed ones, with --sgd as given) and waits at an MPI barrier
 //   after each step; no gradient is exchanged. Between blocks of those, each rank runs as many
 //   steps alone while the others sleep. Rank 0 prints the images/s of all ranks together, each
-//   rank's busy time, and each rank's images/s alone (Note [The step-synchronous ceiling]).
+//   rank's busy time, each rank's images/s alone and how its steps together spread (the 90th
+//   percentile over the median) (Note [The step-synchronous ceiling]).
+//   --sync-arith (with --sync-steps): the same, but each rank's step is arithmetic in registers
+//   as long as the model's step alone, not the model (Note [The arithmetic ceiling]).
 //   --jitter: only times 150 runs of a loop of arithmetic in registers (no memory, about 80 ms
 //   each here) and prints the best, median, 90th percentile and worst: how much the machine
 //   alone moves from one step-sized stretch of work to the next.
@@ -64,25 +67,37 @@ double sgemm_peak_gflops(int threads) {
   return best;
 }
 
-// --jitter: 150 runs of `iterations` rounds of 4 independent multiply-adds on 8-float vectors,
-// which stay in registers (eight of SSE's sixteen in the baseline build); milliseconds of each
-// run, sorted.
-std::vector<double> jitter_runs(long iterations) {
+// `iterations` rounds of 4 independent multiply-adds on 8-float vectors, which stay in
+// registers (eight of SSE's sixteen in the baseline build): work that touches no memory. The
+// start comes from a volatile, so the compiler cannot run the loop itself (from constants it
+// finds each value unchanged by a round, and drops the loop).
+void arithmetic(long iterations) {
   using v8 = float __attribute__((vector_size(32)));
+  volatile float start = 1.0f;
   v8 acc[4];
-  for (int i = 0; i < 4; ++i) acc[i] = v8{} + 1.0f + 1e-7f * float(i);
+  for (int i = 0; i < 4; ++i) acc[i] = v8{} + start + 1e-7f * float(i);
   const v8 mul = v8{} + 0.9999999f, add = v8{} + 1e-7f;
+  for (long k = 0; k < iterations; ++k)
+    for (auto& a : acc) a = a * mul + add;
+  volatile float sink = 0;  // the sums are read, so the loop runs
+  for (const auto& a : acc) sink = sink + a[0];
+}
+
+// --jitter: 150 runs of arithmetic(iterations); milliseconds of each run, sorted.
+std::vector<double> jitter_runs(long iterations) {
   std::vector<double> ms;
   for (int run = 0; run < 150; ++run) {
     const double t0 = now();
-    for (long k = 0; k < iterations; ++k)
-      for (auto& a : acc) a = a * mul + add;
+    arithmetic(iterations);
     ms.push_back((now() - t0) * 1e3);
   }
-  volatile float sink = 0;  // the sums are read, so the loop runs
-  for (const auto& a : acc) sink = sink + a[0];
   std::sort(ms.begin(), ms.end());
   return ms;
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
 }
 
 // Note [The step-synchronous ceiling]: a synchronous data-parallel trainer runs every step at
@@ -104,6 +119,7 @@ struct SyncResult {
   double images_per_s = 0;    // all ranks together, a barrier after each step
   std::vector<double> busy;   // by rank: seconds in its steps together, barriers excluded
   std::vector<double> alone;  // by rank: images/s of its steps alone
+  std::vector<double> spread;  // by rank: its 90th-percentile step together over its median
 };
 
 // A barrier at which a rank that arrives early sleeps instead of spinning, so that the rank
@@ -118,6 +134,33 @@ void sleeping_barrier() {
   }
 }
 
+// Note [The arithmetic ceiling]: the step-synchronous ceiling still runs our step, which reads
+// and writes memory, so part of what it loses could be the two ranks' contention for caches
+// and DRAM, which a trainer touching less memory would not pay. --sync-arith runs the same
+// measurement with a step that touches no memory at all (arithmetic() in registers) and lasts
+// as long as the model's step alone, so it keeps only what the machine itself costs a step
+// that waits for the slower of two ranks: the cores' speed jittering from step to step and
+// two busy cores being slower than one. Where its scaling is below a target, no synchronous
+// trainer of steps that long could reach the target on that machine in those seconds. The
+// work per step is rank 0's calibration, broadcast, so every rank does exactly the same.
+long arithmetic_like(double seconds) {
+  long iterations = 0;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank == 0) {
+    const long unit = 1L << 20;
+    std::vector<double> t;
+    for (int i = 0; i < 7; ++i) {
+      const double t0 = now();
+      arithmetic(unit);
+      t.push_back(now() - t0);
+    }
+    iterations = std::max(1L, long(double(unit) * seconds / median_of(t)));
+  }
+  MPI_Bcast(&iterations, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+  return iterations;
+}
+
 template <class Step>
 SyncResult run_synchronised(const Step& step, int batch, int warmup, int steps) {
   int rank = 0, size = 1;
@@ -128,13 +171,15 @@ SyncResult run_synchronised(const Step& step, int batch, int warmup, int steps) 
     MPI_Barrier(MPI_COMM_WORLD);
   }
   double busy = 0, together = 0, alone = 0;
+  std::vector<double> took;  // each step together, barrier excluded
   auto run_together = [&](int k) {
     MPI_Barrier(MPI_COMM_WORLD);
     const double t0 = now();
     for (int i = 0; i < k; ++i) {
       const double s = now();
       step(batch);
-      busy += now() - s;
+      took.push_back(now() - s);
+      busy += took.back();
       MPI_Barrier(MPI_COMM_WORLD);
     }
     together += now() - t0;
@@ -165,9 +210,13 @@ SyncResult run_synchronised(const Step& step, int batch, int warmup, int steps) 
   r.images_per_s = double(size) * batch * steps / together;
   r.busy.resize(size_t(size));
   r.alone.resize(size_t(size));
+  r.spread.resize(size_t(size));
   const double alone_rate = double(batch) * steps / alone;
+  std::sort(took.begin(), took.end());
+  const double spread = took[took.size() * 9 / 10] / took[took.size() / 2];
   MPI_Gather(&busy, 1, MPI_DOUBLE, r.busy.data(), 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   MPI_Gather(&alone_rate, 1, MPI_DOUBLE, r.alone.data(), 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  MPI_Gather(&spread, 1, MPI_DOUBLE, r.spread.data(), 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   return r;
 }
 
@@ -178,7 +227,7 @@ int main(int argc, char** argv) {
   int batch = 64, threads = 1;
   double seconds = 3;
   bool sgemm_only = false;  // scripts/bench.sh: only the peak, for the roofline of a DDP run
-  bool jitter = false;
+  bool jitter = false, sync_arith = false;
   bool sgd = false;
   int change = 0, sync_steps = 0, sync_warmup = 0;
   for (int i = 1; i < argc; i += 2) {
@@ -187,6 +236,9 @@ int main(int argc, char** argv) {
       --i;
     } else if (!std::strcmp(argv[i], "--jitter")) {
       jitter = true;
+      --i;
+    } else if (!std::strcmp(argv[i], "--sync-arith")) {
+      sync_arith = true;
       --i;
     } else if (i + 1 == argc) {
       std::fprintf(stderr, "model_bench: option %s needs a value\n", argv[i]);
@@ -214,6 +266,10 @@ int main(int argc, char** argv) {
   }
   if (sync_steps < 0 || sync_warmup < 0) {
     std::fprintf(stderr, "model_bench: --sync-steps and --sync-warmup must not be negative\n");
+    return 2;
+  }
+  if (sync_arith && sync_steps == 0) {
+    std::fprintf(stderr, "model_bench: --sync-arith needs --sync-steps N\n");
     return 2;
   }
   if (jitter) {
@@ -261,13 +317,31 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 3; ++i) step(batch);  // primitives, caches, page faults
   if (sync_steps > 0) {                     // Note [The step-synchronous ceiling]
     MPI_Init(&argc, &argv);
-    const SyncResult r = run_synchronised(step, batch, sync_warmup, sync_steps);
+    SyncResult r;
+    char what[64] = "";
+    if (sync_arith) {  // Note [The arithmetic ceiling]
+      std::vector<double> t;
+      for (int i = 0; i < 5; ++i) {
+        const double t0 = now();
+        step(batch);
+        t.push_back(now() - t0);
+      }
+      const double seconds = median_of(t);
+      const long iterations = arithmetic_like(seconds);
+      r = run_synchronised([iterations](int) { arithmetic(iterations); }, batch, sync_warmup,
+                           sync_steps);
+      std::snprintf(what, sizeof what, " arithmetic %.2f ms", seconds * 1e3);
+    } else {
+      r = run_synchronised(step, batch, sync_warmup, sync_steps);
+    }
     if (r.rank == 0) {
-      std::printf("sync ranks %zu steps %d batch %d: %.1f images/s in all; busy s by rank",
-                  r.busy.size(), sync_steps, batch, r.images_per_s);
+      std::printf("sync ranks %zu steps %d batch %d%s: %.1f images/s in all; busy s by rank",
+                  r.busy.size(), sync_steps, batch, what, r.images_per_s);
       for (double b : r.busy) std::printf(" %.4f", b);
       std::printf("; alone images/s by rank");
       for (double a : r.alone) std::printf(" %.1f", a);
+      std::printf("; step p90/median by rank");
+      for (double q : r.spread) std::printf(" %.3f", q);
       std::printf("\n");
     }
     MPI_Finalize();

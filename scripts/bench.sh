@@ -2,7 +2,8 @@
 # `make bench`: ddpvision against PyTorch DDP (bench/peer/torch_ddp.py) on this machine, in one
 # run: synthetic training throughput of lenet and resnet20 at 1 and 2 ranks x 1 thread (and
 # of two independent 1-rank runs at once: the machine's ceiling for scaling; and of our step
-# on 2 ranks with a barrier after each, against 1: the step-synchronous ceiling), the sgemm
+# on 2 ranks with a barrier after each, against 1: the step-synchronous ceiling; and of
+# arithmetic in registers as long as that step, the same way: the arithmetic ceiling), the sgemm
 # peak for the roofline, and the wall time to 91% test accuracy on Fashion-MNIST.
 # Ours and PyTorch's alternate, ROUNDS times; bench/peer/report.py prints medians and ratios
 # and writes bench/results/latest.md and latest.png. Method: docs/performance.md.
@@ -122,11 +123,14 @@ ours_pair() {  # model round
 # Note [The step-synchronous ceiling] (bench/model_bench.cpp): our training step on every rank,
 # a barrier after each, no gradient exchanged, and in between the same steps on each rank
 # alone; the same warm-up and timed steps as the trainer.
-probe_sync() {  # model round
-  local m=$1 r=$2
-  logged "probe-$m-w2-r$r" ${MPIRUN:-mpirun} -np 2 "${mpirun_args[@]}" -x OMP_NUM_THREADS \
+# With arith, Note [The arithmetic ceiling]: the same with arithmetic in registers as long as
+# our step instead of it, which leaves only what the machine costs a synchronous step.
+probe_sync() {  # model round [arith]
+  local m=$1 r=$2 name=probe-$1-w2-r$2 extra=()
+  [ "${3:-}" = arith ] && { name=probe-arith-$m-w2-r$r; extra=(--sync-arith); }
+  logged "$name" ${MPIRUN:-mpirun} -np 2 "${mpirun_args[@]}" -x OMP_NUM_THREADS \
     "$BIN/model_bench" --model "$m" --batch $BATCH --threads 1 --sgd 1 \
-    --sync-warmup "${WARMUP[$m]}" --sync-steps "${TIMED[$m]}"
+    --sync-warmup "${WARMUP[$m]}" --sync-steps "${TIMED[$m]}" "${extra[@]}"
 }
 torch_synthetic() {  # model ranks round
   local m=$1 np=$2 r=$3 formats=nchw,channels_last
@@ -155,6 +159,8 @@ for r in $(seq 1 "$ROUNDS"); do
     echo "   $m: two independent 1-rank runs done"
     probe_sync $m "$r"
     echo "   $m: our step on 2 ranks synchronised without communication, and alone, done"
+    probe_sync $m "$r" arith
+    echo "   $m: arithmetic as long as our step, the same way, done"
   done
 done
 

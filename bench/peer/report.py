@@ -6,6 +6,8 @@ the raw results that scripts/bench.sh leaves in one directory:
     ours-{model}-pair-r{round}-{a,b}.jsonl two independent 1-rank runs at once (optional)
     probe-{model}-w2-r{round}.log          model_bench --sync-steps on 2 ranks: the
                                            step-synchronous ceiling (optional)
+    probe-arith-{model}-w2-r{round}.log    the same with --sync-arith: the arithmetic
+                                           ceiling (optional)
     torch-{model}-w{ranks}-r{round}.json   bench/peer/torch_ddp.py of the same configuration
     sgemm-t{threads}-r{round}.log          model_bench --sgemm-only
     ours-fmnist-r{round}.jsonl, torch-fmnist-r{round}.json
@@ -75,16 +77,18 @@ def above_others(busy):
 
 
 def probe(path):
-    """(images/s of all ranks together, busy seconds by rank, images/s of each rank alone) of a
-    model_bench --sync-steps log (Note [The step-synchronous ceiling] in
-    bench/model_bench.cpp)."""
-    m = re.search(r"sync ranks [0-9]+ steps [0-9]+ batch [0-9]+: ([0-9.]+) images/s in all; "
-                  r"busy s by rank((?: [0-9.]+)+); alone images/s by rank((?: [0-9.]+)+)",
+    """(images/s of all ranks together, busy seconds by rank, images/s of each rank alone, each
+    rank's 90th-percentile step over its median or None in logs from before that was printed)
+    of a model_bench --sync-steps log, with or without --sync-arith (Notes [The
+    step-synchronous ceiling] and [The arithmetic ceiling] in bench/model_bench.cpp)."""
+    m = re.search(r"sync ranks [0-9]+ steps [0-9]+ batch [0-9]+(?: arithmetic [0-9.]+ ms)?: "
+                  r"([0-9.]+) images/s in all; busy s by rank((?: [0-9.]+)+); alone images/s "
+                  r"by rank((?: [0-9.]+)+)(?:; step p90/median by rank((?: [0-9.]+)+))?",
                   open(path).read())
     if not m:
         raise ValueError(f"{path}: no 'sync ranks' line (a failed run?)")
-    return (float(m.group(1)), [float(b) for b in m.group(2).split()],
-            [float(a) for a in m.group(3).split()])
+    numbers = [[float(v) for v in g.split()] if g else None for g in m.groups()[1:]]
+    return (float(m.group(1)), *numbers)
 
 
 def probe_scaling(together, alone):
@@ -163,13 +167,16 @@ def collect(raw):
                 sums[round_of(a)] = sum(each)
                 syncs[round_of(a)] = 2 * min(each)
         res["pair"][m], res["pair_sync"][m] = sums, syncs
-    # By round: the step-synchronous probe's scaling and its busier rank over the other while
-    # together (Note [The step-synchronous ceiling]).
-    res["probe"], res["probe_gap"] = {}, {}
-    for m in ("lenet", "resnet20"):
-        runs = {round_of(p): probe(p) for p in glob.glob(f"{raw}/probe-{m}-w2-r*.log")}
-        res["probe"][m] = {r: probe_scaling(v[0], v[2]) for r, v in runs.items()}
-        res["probe_gap"][m] = {r: above_others(v[1]) for r, v in runs.items()}
+    # By round: the step-synchronous probe's scaling, its busier rank over the other while
+    # together and the wider spread of a rank's steps (Note [The step-synchronous ceiling]);
+    # the same of the arithmetic probe (Note [The arithmetic ceiling]).
+    for kind, prefix in (("probe", "probe-"), ("arith", "probe-arith-")):
+        res[kind], res[kind + "_gap"], res[kind + "_spread"] = {}, {}, {}
+        for m in ("lenet", "resnet20"):
+            runs = {round_of(p): probe(p) for p in glob.glob(f"{raw}/{prefix}{m}-w2-r*.log")}
+            res[kind][m] = {r: probe_scaling(v[0], v[2]) for r, v in runs.items()}
+            res[kind + "_gap"][m] = {r: above_others(v[1]) for r, v in runs.items()}
+            res[kind + "_spread"][m] = {r: max(v[3]) for r, v in runs.items() if v[3]}
     peers = [json.load(open(p)) for p in glob.glob(f"{raw}/torch-*.json")]
     res["blas"] = ", ".join(sorted({r.get("blas", "unknown") for r in peers}))
     res["allocator"] = ", ".join(sorted({r.get("allocator", "system (before Note [Peer allocator])")
@@ -236,6 +243,13 @@ def rounds_text(num, den, fmt, before=" (rounds ", after=")"):
     return before + ", ".join(fmt(num[r] / den[r]) for r in both) + after
 
 
+def each_round(values):
+    """' (rounds a, b, ...)' of a dict of scalings by round, in round order; '' for one round."""
+    if len(values) < 2:
+        return ""
+    return " (rounds " + ", ".join(ratio_x(values[r]) for r in sorted(values)) + ")"
+
+
 def ratio_x(v):
     return f"{v:.2f}x"
 
@@ -290,23 +304,35 @@ def build_table(res, meta):
             one, two = res["ours"][(m, 1)], res["ours"][(m, 2)]
             step_sync = median_over_rounds(probes)
             of_it = {r: two[r] / one[r] / probes[r] for r in set(probes) & set(one) & set(two)}
-            each = ", ".join(ratio_x(probes[r]) for r in sorted(probes))
             shares = ", ".join(percent(of_it[r]) for r in sorted(of_it))
             busier = [g for g in res["probe_gap"][m].values() if g is not None]
             busier_txt = ("; the busier rank +" + percent(statistics.median(busier))
                           if busier else "")
             rows.append([f"{m} step-synchronous ceiling: our step on 2 ranks, a barrier after "
                          "each, nothing exchanged / the same step on 1 rank, in the same seconds",
-                         f"{step_sync:.2f}x{' (rounds ' + each + ')' if len(probes) > 1 else ''} "
+                         f"{step_sync:.2f}x{each_round(probes)} "
                          f"(our scaling is {100 * so / step_sync:.0f}% of it"
                          f"{'; rounds ' + shares if len(of_it) > 1 else ''}{busier_txt})",
                          "", "", "", ""])
+        arith = None
+        if res["arith"][m]:  # Note [The arithmetic ceiling]
+            arith = median_over_rounds(res["arith"][m])
+            rows.append([f"{m} arithmetic ceiling: arithmetic in registers as long as our step, "
+                         "on 2 ranks with a barrier after each / the same alone, in the same "
+                         "seconds",
+                         f"{arith:.2f}x{each_round(res['arith'][m])}"
+                         f"{arith_detail(res, m, step_sync, arith)}", "", "", "", ""])
         if so < 1.95:  # a miss the machine decided, said where it is judged
             why = []
             if ceiling is not None and ceiling < 1.95:
                 why.append(f"the machine's ceiling in this run: {ceiling:.2f}x")
             if step_sync is not None and step_sync < 1.95:
-                why.append(f"a synchronous step with no communication scaled {step_sync:.2f}x"
+                why.append("a synchronous step with no communication scaled "
+                           f"{judged(step_sync, 1.95)}x"
+                           f"{'' if why else ' in this run'}")
+            if arith is not None and arith < 1.95:
+                why.append("even arithmetic in registers, synchronised so, scaled "
+                           f"{judged(arith, 1.95)}x"
                            f"{'' if why else ' in this run'}")
             if why:
                 scaling_row[-1] = f"no ({'; '.join(why)})"
@@ -317,7 +343,7 @@ def build_table(res, meta):
                          f"+{percent(statistics.median(gaps.values()))}"
                          f"{' (rounds ' + each + ')' if len(gaps) > 1 else ''}",
                          "", "", "", ""])
-        chart["scaling"].append((m, so, st, ceiling, sync, step_sync))
+        chart["scaling"].append((m, so, st, ceiling, sync, step_sync, arith))
     peak1 = statistics.median(res["sgemm1"])
     peak = 2 * peak1
     g = GFLOP_PER_IMAGE["resnet20"]
@@ -329,6 +355,21 @@ def build_table(res, meta):
                  f"{go / gt:.2f}x", ">= 90% of peak (ours)", "yes" if go >= 0.9 * peak else "no"])
     chart["roofline"] = (100 * go / peak, 100 * gt / peak)
     return rows, chart, peak1, peak
+
+
+def arith_detail(res, m, step_sync, arith):
+    """The arithmetic row's parenthesis: the step-synchronous ceiling as a share of it, and how
+    far a step's 90th percentile lies above its median (the wider rank, median over rounds)
+    for arithmetic and for our step, where the logs have them."""
+    parts = []
+    if step_sync is not None:
+        parts.append(f"the step-synchronous ceiling is {100 * step_sync / arith:.0f}% of it")
+    spreads = [(name, res[kind + "_spread"][m]) for name, kind in
+               (("arithmetic", "arith"), ("our step", "probe"))]
+    if all(v for _, v in spreads):
+        parts.append("a step's 90th percentile over its median: " + ", ".join(
+            f"{name} +{percent(median_over_rounds(v) - 1)}" for name, v in spreads))
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 def tta_seconds(side):
@@ -420,6 +461,16 @@ def markdown(rows, res, peak1, peak, ours_tta, theirs_tta, balanced_tta, meta):
                    "(each step waits for the slower rank, whose speed jitters from step to "
                    "step), and our scaling over it is what our communication, shared update "
                    "and agreement cost, give or take the minutes between our runs.\n")
+    if any(res["arith"].values()):
+        out.append("Arithmetic ceiling rows: `model_bench --sync-steps --sync-arith`, the same "
+                   "measurement with each step replaced by arithmetic in registers that lasts as "
+                   "long as our step alone and touches no memory: what the machine itself costs "
+                   "a synchronous step (its cores' speed jitters, and two busy cores run slower "
+                   "than one). Where it sits below the target, no synchronous trainer of steps "
+                   "that long could meet it on this machine in those seconds; the distance from "
+                   "it down to the step-synchronous ceiling is what our step's own use of "
+                   "memory costs when two ranks run (its steps spread wider than arithmetic's: "
+                   "the 90th percentiles in the row).\n")
     out.append("PyTorch by memory format (images/s, median):\n")
     out.append("| configuration | NCHW | channels_last |")
     out.append("|---|---|---|")
@@ -485,7 +536,7 @@ def chart_png(chart, path, title):
     b.set_xticks(list(xs), [t[0] for t in tp])
     b.set_ylabel("ours / PyTorch (red: target)")
     sc = chart["scaling"]
-    for x, (m, so, st, ceiling, sync, step_sync) in enumerate(sc):
+    for x, (m, so, st, ceiling, sync, step_sync, arith) in enumerate(sc):
         bars = [(so, "ddpvision", ours_col), (st, "PyTorch DDP", torch_col)]
         if ceiling is not None:
             bars.append((ceiling, "two 1-rank runs at once (ceiling)", "tab:gray"))
@@ -494,6 +545,8 @@ def chart_png(chart, path, title):
         if step_sync is not None:
             bars.append((step_sync, "our step, a barrier after each, nothing exchanged",
                          "lightsteelblue"))
+        if arith is not None:
+            bars.append((arith, "arithmetic as long as our step, the same way", "lavender"))
         width = 0.8 / len(bars)
         for i, (v, label, col) in enumerate(bars):
             shift = (i - (len(bars) - 1) / 2) * width

@@ -58,11 +58,17 @@ ours_run "$raw/ours-resnet20-pair-r1-a.jsonl" 1 200 200 200 200
 # median 1.915x. Our scaling 2100 / 1100 = 1.909x is 100% of it (99.7%); round by round
 # 2.00 / 1.90 = 105% and 1.833 / 1.9305 = 95%. The probes' ranks were busy 1.0 and 1.1 s
 # together (10%), then 1.2 and 1.2 s (0%): median 5%.
-probe_log() {  # FILE TOGETHER BUSY0 BUSY1 ALONE0 ALONE1
-  echo "sync ranks 2 steps 80 batch 64: $2 images/s in all; busy s by rank $3 $4; alone images/s by rank $5 $6" >"$1"
+# The arithmetic probe (--sync-arith), lenet only: 1900 and 1980 images/s against 1000 and
+# 1000 alone -> 1.90x and 1.98x, median 1.94x, below 1.95x, so the scaling row names it too;
+# the step-synchronous 1.915x is 99% of it (98.7%). A step's 90th percentile over its median,
+# the wider rank: our step 1.30 and 1.20 -> +25%; arithmetic 1.04 and 1.06 -> +5%.
+probe_log() {  # FILE TOGETHER BUSY0 BUSY1 ALONE0 ALONE1 [SPREAD0 SPREAD1 [TAG]]
+  echo "sync ranks 2 steps 80 batch 64${9:+ $9}: $2 images/s in all; busy s by rank $3 $4; alone images/s by rank $5 $6${7:+; step p90/median by rank $7 $8}" >"$1"
 }
-probe_log "$raw/probe-lenet-w2-r1.log" 1900.0 1.0000 1.1000 1000.0 1000.0
-probe_log "$raw/probe-lenet-w2-r2.log" 2145.0 1.2000 1.2000 1000.0 1250.0
+probe_log "$raw/probe-lenet-w2-r1.log" 1900.0 1.0000 1.1000 1000.0 1000.0 1.100 1.300
+probe_log "$raw/probe-lenet-w2-r2.log" 2145.0 1.2000 1.2000 1000.0 1250.0 1.200 1.160
+probe_log "$raw/probe-arith-lenet-w2-r1.log" 1900.0 1.0 1.0 1000.0 1000.0 1.020 1.040 "arithmetic 10.50 ms"
+probe_log "$raw/probe-arith-lenet-w2-r2.log" 1980.0 1.0 1.0 1000.0 1000.0 1.060 1.050 "arithmetic 10.70 ms"
 # PyTorch: best formats 400 and 500 -> 450 (lenet x1); 700, 700 -> 700 (lenet x2).
 peer_run "$raw/torch-lenet-w1-r1.json" 400 300
 peer_run "$raw/torch-lenet-w1-r2.json" 100 500
@@ -134,10 +140,13 @@ expect "| lenet images/s, 2 ranks x 1 thread | 2100 (2000-2200) | 700 (700-700) 
 expect "| resnet20 images/s, 2 ranks x 1 thread | 400 (400-400) | 160 (160-160) | 2.50x | >= 1.2x | yes |"
 # Scaling: the ratio of the medians (2100 / 1100, 700 / 450), then each round's own ratio
 # (2000 / 1000 and 2200 / 1200; PyTorch 700 / 400 and 700 / 500).
-expect "| lenet scaling 1 -> 2 ranks | 1.91x (rounds 2.00x, 1.83x) | 1.56x (rounds 1.75x, 1.40x) | 1.23x | >= 1.95x (ours) | no (the machine's ceiling in this run: 1.68x; a synchronous step with no communication scaled 1.92x) |"
+expect "| lenet scaling 1 -> 2 ranks | 1.91x (rounds 2.00x, 1.83x) | 1.56x (rounds 1.75x, 1.40x) | 1.23x | >= 1.95x (ours) | no (the machine's ceiling in this run: 1.68x; a synchronous step with no communication scaled 1.92x; even arithmetic in registers, synchronised so, scaled 1.94x) |"
+expect "| lenet arithmetic ceiling: arithmetic in registers as long as our step, on 2 ranks with a barrier after each / the same alone, in the same seconds | 1.94x (rounds 1.90x, 1.98x) (the step-synchronous ceiling is 99% of it; a step's 90th percentile over its median: arithmetic +5%, our step +25%) |"
+expect "Arithmetic ceiling rows: \`model_bench --sync-steps --sync-arith\`"
 expect "| lenet step-synchronous ceiling: our step on 2 ranks, a barrier after each, nothing exchanged / the same step on 1 rank, in the same seconds | 1.92x (rounds 1.90x, 1.93x) (our scaling is 100% of it; rounds 105%, 95%; the busier rank +5%) |"
 expect "Step-synchronous ceiling rows: \`model_bench --sync-steps\`"
-[[ $md != *"resnet20 step-synchronous"* ]] || fail "a step-synchronous row for resnet20, which has no probe"
+[[ $md != *"resnet20 step-synchronous"* && $md != *"resnet20 arithmetic"* ]] ||
+  fail "a step-synchronous or arithmetic row for resnet20, which has no probe"
 expect "| resnet20 scaling 1 -> 2 ranks | 2.00x (rounds 2.00x, 2.00x) | 1.60x (rounds 1.60x, 1.60x) | 1.25x | >= 1.95x (ours) | yes |"
 expect "| lenet ceiling: two independent 1-rank runs at once / 1 rank | 1.68x (rounds 1.70x, 1.67x) (2 ranks reach 114% of the pair; rounds 118%, 110%) |"
 expect "| lenet synchronous ceiling: 2 x the slower of those two runs / 1 rank | 1.64x (rounds 1.60x, 1.67x) (2 ranks reach 117% of it; rounds 125%, 110%) |"
@@ -189,17 +198,28 @@ fi
 grep -q "probe-lenet-w2-r2.log: no 'sync ranks' line" "$WORK/raw3.err" ||
   fail "no message naming the broken probe log: $(cat "$WORK/raw3.err")"
 
-# The probe itself: lenet on 2 ranks, a few steps each; report.py's parser reads its line.
-OMP_NUM_THREADS=1 timeout 300 "${MPI2[@]}" -x OMP_NUM_THREADS "$BIN/model_bench" --model lenet \
-  --batch 16 --threads 1 --sgd 1 --sync-warmup 1 --sync-steps 4 >"$WORK/probe.log" 2>&1 ||
-  fail "model_bench --sync-steps on 2 ranks: $(cat "$WORK/probe.log")"
-"$PY" - "$SRC/bench/peer" "$WORK/probe.log" <<'EOF' || fail "probe result: $(cat "$WORK/probe.log")"
+# The probes themselves: lenet on 2 ranks, a few steps each, our step and then arithmetic as
+# long as it; report.py's parser reads their lines (and a line from before the step spreads).
+for extra in "" --sync-arith; do
+  OMP_NUM_THREADS=1 timeout 300 "${MPI2[@]}" -x OMP_NUM_THREADS "$BIN/model_bench" --model lenet \
+    --batch 16 --threads 1 --sgd 1 --sync-warmup 1 --sync-steps 4 $extra >"$WORK/probe$extra.log" 2>&1 ||
+    fail "model_bench --sync-steps $extra on 2 ranks: $(cat "$WORK/probe$extra.log")"
+done
+grep -q "batch 16 arithmetic [0-9.]* ms: " "$WORK/probe--sync-arith.log" ||
+  fail "the arithmetic probe does not say so: $(cat "$WORK/probe--sync-arith.log")"
+"$PY" - "$SRC/bench/peer" "$WORK/probe.log" "$WORK/probe--sync-arith.log" <<'EOF' || fail "probe result: $(cat "$WORK"/probe*.log)"
 import sys
 sys.path.insert(0, sys.argv[1])
 import report
-images_per_s, busy, alone = report.probe(sys.argv[2])
-assert images_per_s > 0 and len(busy) == 2 and min(busy) > 0, (images_per_s, busy)
-assert len(alone) == 2 and min(alone) > 0 and report.probe_scaling(images_per_s, alone) > 0, alone
+for path in sys.argv[2:]:
+    images_per_s, busy, alone, spread = report.probe(path)
+    assert images_per_s > 0 and len(busy) == 2 and min(busy) > 0, (path, images_per_s, busy)
+    assert len(alone) == 2 and min(alone) > 0 and report.probe_scaling(images_per_s, alone) > 0, alone
+    assert len(spread) == 2 and min(spread) >= 1, (path, spread)
+old = sys.argv[2] + ".old"
+open(old, "w").write("sync ranks 2 steps 4 batch 16: 10.0 images/s in all; busy s by rank 1.0 2.0; "
+                     "alone images/s by rank 5.0 6.0\n")
+assert report.probe(old) == (10.0, [1.0, 2.0], [5.0, 6.0], None), report.probe(old)
 EOF
 # --jitter: the machine's own spread over runs of arithmetic in registers, in order.
 "$BIN/model_bench" --jitter >"$WORK/jitter.log" 2>&1 || fail "model_bench --jitter: $(cat "$WORK/jitter.log")"
@@ -214,6 +234,10 @@ if "$BIN/model_bench" --model lenet --sync-steps -1 >"$WORK/bad.log" 2>&1; then
   fail "model_bench accepted --sync-steps -1"
 fi
 grep -q "must not be negative" "$WORK/bad.log" || fail "no message for --sync-steps -1: $(cat "$WORK/bad.log")"
+if "$BIN/model_bench" --model lenet --sync-arith >"$WORK/bad.log" 2>&1; then
+  fail "model_bench ran --sync-arith without --sync-steps"
+fi
+grep -q "sync-arith needs --sync-steps" "$WORK/bad.log" || fail "no message for a lone --sync-arith: $(cat "$WORK/bad.log")"
 
 # The peer itself: 2 ranks, both memory formats, then time-to-accuracy on a tiny store.
 json=$("$PY" "$SRC/bench/peer/torch_ddp.py" --model lenet --world-size 2 --warmup 1 --steps 2 \
