@@ -220,6 +220,12 @@ old = sys.argv[2] + ".old"
 open(old, "w").write("sync ranks 2 steps 4 batch 16: 10.0 images/s in all; busy s by rank 1.0 2.0; "
                      "alone images/s by rank 5.0 6.0\n")
 assert report.probe(old) == (10.0, [1.0, 2.0], [5.0, 6.0], None), report.probe(old)
+# The arithmetic lasts about as long as the model's step it was calibrated on (a loop the
+# compiler dropped would take no time at all): 4 steps together, loosely, on a shared machine.
+import re
+ms = float(re.search(r"arithmetic ([0-9.]+) ms", open(sys.argv[3]).read()).group(1))
+busy = report.probe(sys.argv[3])[1]
+assert ms > 0 and all(0.25 < b / 4 * 1e3 / ms < 4 for b in busy), (ms, busy)
 EOF
 # --jitter: the machine's own spread over runs of arithmetic in registers, in order.
 "$BIN/model_bench" --jitter >"$WORK/jitter.log" 2>&1 || fail "model_bench --jitter: $(cat "$WORK/jitter.log")"
