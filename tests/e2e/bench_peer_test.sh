@@ -210,21 +210,21 @@ grep -q "batch 16 arithmetic [0-9.]* ms: " "$WORK/probe--sync-arith.log" ||
 "$PY" - "$SRC/bench/peer" "$WORK/probe.log" "$WORK/probe--sync-arith.log" <<'EOF' || fail "probe result: $(cat "$WORK"/probe*.log)"
 import sys
 sys.path.insert(0, sys.argv[1])
-import report
+import raw_results
 for path in sys.argv[2:]:
-    images_per_s, busy, alone, spread = report.probe(path)
+    images_per_s, busy, alone, spread = raw_results.probe(path)
     assert images_per_s > 0 and len(busy) == 2 and min(busy) > 0, (path, images_per_s, busy)
-    assert len(alone) == 2 and min(alone) > 0 and report.probe_scaling(images_per_s, alone) > 0, alone
+    assert len(alone) == 2 and min(alone) > 0 and raw_results.probe_scaling(images_per_s, alone) > 0, alone
     assert len(spread) == 2 and min(spread) >= 1, (path, spread)
 old = sys.argv[2] + ".old"
 open(old, "w").write("sync ranks 2 steps 4 batch 16: 10.0 images/s in all; busy s by rank 1.0 2.0; "
                      "alone images/s by rank 5.0 6.0\n")
-assert report.probe(old) == (10.0, [1.0, 2.0], [5.0, 6.0], None), report.probe(old)
+assert raw_results.probe(old) == (10.0, [1.0, 2.0], [5.0, 6.0], None), raw_results.probe(old)
 # The arithmetic lasts about as long as the model's step it was calibrated on (a loop the
 # compiler dropped would take no time at all): 4 steps together, loosely, on a shared machine.
 import re
 ms = float(re.search(r"arithmetic ([0-9.]+) ms", open(sys.argv[3]).read()).group(1))
-busy = report.probe(sys.argv[3])[1]
+busy = raw_results.probe(sys.argv[3])[1]
 assert ms > 0 and all(0.25 < b / 4 * 1e3 / ms < 4 for b in busy), (ms, busy)
 EOF
 # --jitter: the machine's own spread over runs of arithmetic in registers, in order.
