@@ -29,6 +29,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -146,22 +147,35 @@ void sleeping_barrier() {
 // Measured 2026-12-05 on the 2-core VM, nine pairs alternated with the step-synchronous probe:
 // arithmetic scaled 1.88-2.12x at lenet's step length (our step 1.66-1.92x) and 1.91-2.04x at
 // resnet20's (1.73-1.94x); a step that only reads and writes a 256 KB buffer, 1.87-1.94x.
-long arithmetic_like(double seconds) {
-  long iterations = 0;
+struct Calibration {
+  long iterations = 0;  // of arithmetic(), to last as long as the step
+  double step_ms = 0;   // the model's step alone, median of 5
+};
+
+// Rank 0 times the model's step and the arithmetic; every rank gets its result.
+template <class Step>
+Calibration arithmetic_like(const Step& step, int batch) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  double sent[2] = {0, 0};  // iterations, step_ms
   if (rank == 0) {
+    auto median_seconds = [](int runs, const auto& work) {
+      std::vector<double> t;
+      for (int i = 0; i < runs; ++i) {
+        const double t0 = now();
+        work();
+        t.push_back(now() - t0);
+      }
+      return median_of(t);
+    };
     const long unit = 1L << 20;
-    std::vector<double> t;
-    for (int i = 0; i < 7; ++i) {
-      const double t0 = now();
-      arithmetic(unit);
-      t.push_back(now() - t0);
-    }
-    iterations = std::max(1L, long(double(unit) * seconds / median_of(t)));
+    const double step_s = median_seconds(5, [&] { step(batch); });
+    const double unit_s = median_seconds(7, [&] { arithmetic(unit); });
+    sent[0] = std::max(1.0, std::floor(double(unit) * step_s / unit_s));
+    sent[1] = step_s * 1e3;
   }
-  MPI_Bcast(&iterations, 1, MPI_LONG, 0, MPI_COMM_WORLD);
-  return iterations;
+  MPI_Bcast(sent, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  return {long(sent[0]), sent[1]};
 }
 
 template <class Step>
@@ -323,17 +337,9 @@ int main(int argc, char** argv) {
     SyncResult r;
     char what[64] = "";
     if (sync_arith) {  // Note [The arithmetic ceiling]
-      std::vector<double> t;
-      for (int i = 0; i < 5; ++i) {
-        const double t0 = now();
-        step(batch);
-        t.push_back(now() - t0);
-      }
-      const double seconds = median_of(t);
-      const long iterations = arithmetic_like(seconds);
-      r = run_synchronised([iterations](int) { arithmetic(iterations); }, batch, sync_warmup,
-                           sync_steps);
-      std::snprintf(what, sizeof what, " arithmetic %.2f ms", seconds * 1e3);
+      const Calibration c = arithmetic_like(step, batch);
+      r = run_synchronised([&c](int) { arithmetic(c.iterations); }, batch, sync_warmup, sync_steps);
+      std::snprintf(what, sizeof what, " arithmetic %.2f ms", c.step_ms);
     } else {
       r = run_synchronised(step, batch, sync_warmup, sync_steps);
     }
