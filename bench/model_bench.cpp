@@ -84,14 +84,22 @@ void arithmetic(long iterations) {
   for (const auto& a : acc) sink = sink + a[0];
 }
 
+// Seconds each of `runs` calls of work took, in order.
+template <class Work>
+std::vector<double> timed_runs(int runs, const Work& work) {
+  std::vector<double> seconds;
+  for (int i = 0; i < runs; ++i) {
+    const double t0 = now();
+    work();
+    seconds.push_back(now() - t0);
+  }
+  return seconds;
+}
+
 // --jitter: 150 runs of arithmetic(iterations); milliseconds of each run, sorted.
 std::vector<double> jitter_runs(long iterations) {
-  std::vector<double> ms;
-  for (int run = 0; run < 150; ++run) {
-    const double t0 = now();
-    arithmetic(iterations);
-    ms.push_back((now() - t0) * 1e3);
-  }
+  std::vector<double> ms = timed_runs(150, [iterations] { arithmetic(iterations); });
+  for (double& t : ms) t *= 1e3;
   std::sort(ms.begin(), ms.end());
   return ms;
 }
@@ -159,18 +167,9 @@ Calibration arithmetic_like(const Step& step, int batch) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   double sent[2] = {0, 0};  // iterations, step_ms
   if (rank == 0) {
-    auto median_seconds = [](int runs, const auto& work) {
-      std::vector<double> t;
-      for (int i = 0; i < runs; ++i) {
-        const double t0 = now();
-        work();
-        t.push_back(now() - t0);
-      }
-      return median_of(t);
-    };
     const long unit = 1L << 20;
-    const double step_s = median_seconds(5, [&] { step(batch); });
-    const double unit_s = median_seconds(7, [&] { arithmetic(unit); });
+    const double step_s = median_of(timed_runs(5, [&] { step(batch); }));
+    const double unit_s = median_of(timed_runs(7, [] { arithmetic(unit); }));
     sent[0] = std::max(1.0, std::floor(double(unit) * step_s / unit_s));
     sent[1] = step_s * 1e3;
   }

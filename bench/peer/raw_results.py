@@ -145,16 +145,19 @@ def collect(raw):
                 sums[round_of(a)] = sum(each)
                 syncs[round_of(a)] = 2 * min(each)
         res["pair"][m], res["pair_sync"][m] = sums, syncs
-    # By round: the step-synchronous probe's scaling, its busier rank over the other while
-    # together and the wider spread of a rank's steps (Note [The step-synchronous ceiling]);
-    # the same of the arithmetic probe (Note [The arithmetic ceiling]).
+    # By round: the scaling and the wider spread of a rank's steps of the step-synchronous
+    # probe (Note [The step-synchronous ceiling]) and of the arithmetic one (Note [The
+    # arithmetic ceiling]); the busier rank over the other while together of the first, the only
+    # one whose row shows it.
     for kind, prefix in (("probe", "probe-"), ("arith", "probe-arith-")):
-        res[kind], res[kind + "_gap"], res[kind + "_spread"] = {}, {}, {}
+        res[kind], res[kind + "_spread"] = {}, {}
         for m in ("lenet", "resnet20"):
             runs = {round_of(p): probe(p) for p in glob.glob(f"{raw}/{prefix}{m}-w2-r*.log")}
             res[kind][m] = {r: probe_scaling(v[0], v[2]) for r, v in runs.items()}
-            res[kind + "_gap"][m] = {r: above_others(v[1]) for r, v in runs.items()}
             res[kind + "_spread"][m] = {r: max(v[3]) for r, v in runs.items() if v[3]}
+            if kind == "probe":
+                res.setdefault("probe_gap", {})[m] = {r: above_others(v[1])
+                                                      for r, v in runs.items()}
     peers = [json.load(open(p)) for p in glob.glob(f"{raw}/torch-*.json")]
     res["blas"] = ", ".join(sorted({r.get("blas", "unknown") for r in peers}))
     res["allocator"] = ", ".join(sorted({r.get("allocator", "system (before Note [Peer allocator])")
