@@ -11,8 +11,8 @@
 //   (W more warm-up steps, then N timed ones, with --sgd as given) and waits at an MPI barrier
 //   after each step; no gradient is exchanged. Between blocks of those, each rank runs as many
 //   steps alone while the others sleep. Rank 0 prints the images/s of all ranks together, each
-//   rank's busy time, each rank's images/s alone and how its steps together spread (the 90th
-//   percentile over the median) (Note [The step-synchronous ceiling]).
+//   rank's busy time, each rank's images/s alone and how its steps spread together and alone
+//   (the 90th percentile over the median) (Note [The step-synchronous ceiling]).
 //   --sync-arith (with --sync-steps): the same, but each rank's step is arithmetic in registers
 //   as long as the model's step alone, not the model (Note [The arithmetic ceiling]).
 //   --jitter: only times 150 runs of a loop of arithmetic in registers (no memory, about 80 ms
@@ -109,6 +109,12 @@ double median_of(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// How much longer the 90th-percentile time is than the median: the spread of a run's steps.
+double p90_over_median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() * 9 / 10] / v[v.size() / 2];
+}
+
 // Note [The step-synchronous ceiling]: a synchronous data-parallel trainer runs every step at
 // the pace of its slowest rank. On a machine whose cores' speed jitters from step to step (this
 // project's 2-core VM: `model_bench --jitter`, arithmetic in registers only, ran 6-10% longer
@@ -129,6 +135,7 @@ struct SyncResult {
   std::vector<double> busy;   // by rank: seconds in its steps together, barriers excluded
   std::vector<double> alone;  // by rank: images/s of its steps alone
   std::vector<double> spread;  // by rank: its 90th-percentile step together over its median
+  std::vector<double> spread_alone;  // by rank: the same of its steps alone
 };
 
 // A barrier at which a rank that arrives early sleeps instead of spinning, so that the rank
@@ -155,6 +162,11 @@ void sleeping_barrier() {
 // Measured 2026-12-05 on the 2-core VM, nine pairs alternated with the step-synchronous probe:
 // arithmetic scaled 1.88-2.12x at lenet's step length (our step 1.66-1.92x) and 1.91-2.04x at
 // resnet20's (1.73-1.94x); a step that only reads and writes a 256 KB buffer, 1.87-1.94x.
+// Both probes also time each rank's steps alone, so a spread can be told from contention: in
+// six alternations later that day (lenet 200 steps, resnet20 60), our step's 90th percentile
+// lay above its median by a median 12% together and 18% alone (lenet), 13% and 12% (resnet20);
+// arithmetic's by 7-9% either way. Our step spreads as wide with the other rank asleep, so
+// what it loses beyond arithmetic is the machine's memory moving under it, not our two ranks.
 struct Calibration {
   long iterations = 0;  // of arithmetic(), to last as long as the step
   double step_ms = 0;   // the model's step alone, median of 5
@@ -187,7 +199,7 @@ SyncResult run_synchronised(const Step& step, int batch, int warmup, int steps) 
     MPI_Barrier(MPI_COMM_WORLD);
   }
   double busy = 0, together = 0, alone = 0;
-  std::vector<double> took;  // each step together, barrier excluded
+  std::vector<double> took, took_alone;  // each step together (barrier excluded), and alone
   auto run_together = [&](int k) {
     MPI_Barrier(MPI_COMM_WORLD);
     const double t0 = now();
@@ -204,7 +216,11 @@ SyncResult run_synchronised(const Step& step, int batch, int warmup, int steps) 
     for (int q = 0; q < size; ++q) {
       if (q == rank) {
         const double t0 = now();
-        for (int i = 0; i < k; ++i) step(batch);
+        for (int i = 0; i < k; ++i) {
+          const double s = now();
+          step(batch);
+          took_alone.push_back(now() - s);
+        }
         alone += now() - t0;
       }
       sleeping_barrier();
@@ -227,12 +243,13 @@ SyncResult run_synchronised(const Step& step, int batch, int warmup, int steps) 
   r.busy.resize(size_t(size));
   r.alone.resize(size_t(size));
   r.spread.resize(size_t(size));
+  r.spread_alone.resize(size_t(size));
   const double alone_rate = double(batch) * steps / alone;
-  std::sort(took.begin(), took.end());
-  const double spread = took[took.size() * 9 / 10] / took[took.size() / 2];
+  const double spread = p90_over_median(took), spread_alone = p90_over_median(took_alone);
   MPI_Gather(&busy, 1, MPI_DOUBLE, r.busy.data(), 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   MPI_Gather(&alone_rate, 1, MPI_DOUBLE, r.alone.data(), 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   MPI_Gather(&spread, 1, MPI_DOUBLE, r.spread.data(), 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  MPI_Gather(&spread_alone, 1, MPI_DOUBLE, r.spread_alone.data(), 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   return r;
 }
 
@@ -350,6 +367,8 @@ int main(int argc, char** argv) {
       for (double a : r.alone) std::printf(" %.1f", a);
       std::printf("; step p90/median by rank");
       for (double q : r.spread) std::printf(" %.3f", q);
+      std::printf("; alone step p90/median by rank");
+      for (double q : r.spread_alone) std::printf(" %.3f", q);
       std::printf("\n");
     }
     MPI_Finalize();

@@ -68,12 +68,14 @@ def above_others(busy):
 
 def probe(path):
     """(images/s of all ranks together, busy seconds by rank, images/s of each rank alone, each
-    rank's 90th-percentile step over its median or None in logs from before that was printed)
-    of a model_bench --sync-steps log, with or without --sync-arith (Notes [The
-    step-synchronous ceiling] and [The arithmetic ceiling] in bench/model_bench.cpp)."""
+    rank's 90th-percentile step over its median together, and the same alone; either spread
+    None in logs from before it was printed) of a model_bench --sync-steps log, with or without
+    --sync-arith (Notes [The step-synchronous ceiling] and [The arithmetic ceiling] in
+    bench/model_bench.cpp)."""
     m = re.search(r"sync ranks [0-9]+ steps [0-9]+ batch [0-9]+(?: arithmetic [0-9.]+ ms)?: "
                   r"([0-9.]+) images/s in all; busy s by rank((?: [0-9.]+)+); alone images/s "
-                  r"by rank((?: [0-9.]+)+)(?:; step p90/median by rank((?: [0-9.]+)+))?",
+                  r"by rank((?: [0-9.]+)+)(?:; step p90/median by rank((?: [0-9.]+)+))?"
+                  r"(?:; alone step p90/median by rank((?: [0-9.]+)+))?",
                   open(path).read())
     if not m:
         raise ValueError(f"{path}: no 'sync ranks' line (a failed run?)")
@@ -145,16 +147,17 @@ def collect(raw):
                 sums[round_of(a)] = sum(each)
                 syncs[round_of(a)] = 2 * min(each)
         res["pair"][m], res["pair_sync"][m] = sums, syncs
-    # By round: the scaling and the wider spread of a rank's steps of the step-synchronous
-    # probe (Note [The step-synchronous ceiling]) and of the arithmetic one (Note [The
-    # arithmetic ceiling]); the busier rank over the other while together of the first, the only
-    # one whose row shows it.
+    # By round: the scaling and the wider spread of a rank's steps, together and alone, of the
+    # step-synchronous probe (Note [The step-synchronous ceiling]) and of the arithmetic one
+    # (Note [The arithmetic ceiling]); the busier rank over the other while together of the
+    # first, the only one whose row shows it.
     for kind, prefix in (("probe", "probe-"), ("arith", "probe-arith-")):
-        res[kind], res[kind + "_spread"] = {}, {}
+        res[kind], res[kind + "_spread"], res[kind + "_spread_alone"] = {}, {}, {}
         for m in ("lenet", "resnet20"):
             runs = {round_of(p): probe(p) for p in glob.glob(f"{raw}/{prefix}{m}-w2-r*.log")}
             res[kind][m] = {r: probe_scaling(v[0], v[2]) for r, v in runs.items()}
             res[kind + "_spread"][m] = {r: max(v[3]) for r, v in runs.items() if v[3]}
+            res[kind + "_spread_alone"][m] = {r: max(v[4]) for r, v in runs.items() if v[4]}
             if kind == "probe":
                 res.setdefault("probe_gap", {})[m] = {r: above_others(v[1])
                                                       for r, v in runs.items()}

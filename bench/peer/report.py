@@ -179,15 +179,22 @@ def build_table(res, meta):
 def arith_detail(res, m, step_sync, arith):
     """The arithmetic row's parenthesis: the step-synchronous ceiling as a share of it, and how
     far a step's 90th percentile lies above its median (the wider rank, median over rounds)
-    for arithmetic and for our step, where the logs have them."""
+    for arithmetic and for our step, together and alone, where the logs have them."""
     parts = []
     if step_sync is not None:
         parts.append(f"the step-synchronous ceiling is {100 * step_sync / arith:.0f}% of it")
-    spreads = [(name, res[kind + "_spread"][m]) for name, kind in
-               (("arithmetic", "arith"), ("our step", "probe"))]
-    if all(v for _, v in spreads):
+    spreads = [(name, res[kind + "_spread"][m], res[kind + "_spread_alone"][m])
+               for name, kind in (("arithmetic", "arith"), ("our step", "probe"))]
+
+    def above(by_round):
+        return f"+{percent(median_over_rounds(by_round) - 1)}"
+
+    if all(s and a for _, s, a in spreads):
+        parts.append("a step's 90th percentile over its median, together / alone: " + ", ".join(
+            f"{name} {above(s)} / {above(a)}" for name, s, a in spreads))
+    elif all(s for _, s, _ in spreads):  # logs from before the alone spreads
         parts.append("a step's 90th percentile over its median: " + ", ".join(
-            f"{name} +{percent(median_over_rounds(v) - 1)}" for name, v in spreads))
+            f"{name} {above(s)}" for name, s, _ in spreads))
     return f" ({'; '.join(parts)})" if parts else ""
 
 
@@ -288,8 +295,11 @@ def markdown(rows, res, peak1, peak, ours_tta, theirs_tta, balanced_tta, meta):
                    "than one). Where it sits below the target, no synchronous trainer of steps "
                    "that long could meet it on this machine in those seconds; the distance from "
                    "it down to the step-synchronous ceiling is what our step's own use of "
-                   "memory costs when two ranks run (its steps spread wider than arithmetic's: "
-                   "the 90th percentiles in the row).\n")
+                   "memory costs a synchronous step here: its steps spread wider than "
+                   "arithmetic's, and where they spread as wide alone as together (the 90th "
+                   "percentiles in the row, together / alone), that spread is not the two "
+                   "ranks contending for the caches but the machine's memory moving under "
+                   "any step that uses it.\n")
     out.append("PyTorch by memory format (images/s, median):\n")
     out.append("| configuration | NCHW | channels_last |")
     out.append("|---|---|---|")

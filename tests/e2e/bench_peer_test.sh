@@ -61,14 +61,15 @@ ours_run "$raw/ours-resnet20-pair-r1-a.jsonl" 1 200 200 200 200
 # The arithmetic probe (--sync-arith), lenet only: 1900 and 1980 images/s against 1000 and
 # 1000 alone -> 1.90x and 1.98x, median 1.94x, below 1.95x, so the scaling row names it too;
 # the step-synchronous 1.915x is 99% of it (98.7%). A step's 90th percentile over its median,
-# the wider rank: our step 1.30 and 1.20 -> +25%; arithmetic 1.04 and 1.06 -> +5%.
-probe_log() {  # FILE TOGETHER BUSY0 BUSY1 ALONE0 ALONE1 [SPREAD0 SPREAD1 [TAG]]
-  echo "sync ranks 2 steps 80 batch 64${9:+ $9}: $2 images/s in all; busy s by rank $3 $4; alone images/s by rank $5 $6${7:+; step p90/median by rank $7 $8}" >"$1"
+# the wider rank: our step 1.30 and 1.20 -> +25%; arithmetic 1.04 and 1.06 -> +5%. The same
+# of the steps alone: our step 1.24 and 1.20 -> +22%; arithmetic 1.03 and 1.05 -> +4%.
+probe_log() {  # FILE TOGETHER BUSY0 BUSY1 ALONE0 ALONE1 SPREAD0 SPREAD1 SPREAD_ALONE0 SPREAD_ALONE1 [TAG]
+  echo "sync ranks 2 steps 80 batch 64${11:+ ${11}}: $2 images/s in all; busy s by rank $3 $4; alone images/s by rank $5 $6; step p90/median by rank $7 $8; alone step p90/median by rank $9 ${10}" >"$1"
 }
-probe_log "$raw/probe-lenet-w2-r1.log" 1900.0 1.0000 1.1000 1000.0 1000.0 1.100 1.300
-probe_log "$raw/probe-lenet-w2-r2.log" 2145.0 1.2000 1.2000 1000.0 1250.0 1.200 1.160
-probe_log "$raw/probe-arith-lenet-w2-r1.log" 1900.0 1.0 1.0 1000.0 1000.0 1.020 1.040 "arithmetic 10.50 ms"
-probe_log "$raw/probe-arith-lenet-w2-r2.log" 1980.0 1.0 1.0 1000.0 1000.0 1.060 1.050 "arithmetic 10.70 ms"
+probe_log "$raw/probe-lenet-w2-r1.log" 1900.0 1.0000 1.1000 1000.0 1000.0 1.100 1.300 1.240 1.050
+probe_log "$raw/probe-lenet-w2-r2.log" 2145.0 1.2000 1.2000 1000.0 1250.0 1.200 1.160 1.150 1.200
+probe_log "$raw/probe-arith-lenet-w2-r1.log" 1900.0 1.0 1.0 1000.0 1000.0 1.020 1.040 1.030 1.010 "arithmetic 10.50 ms"
+probe_log "$raw/probe-arith-lenet-w2-r2.log" 1980.0 1.0 1.0 1000.0 1000.0 1.060 1.050 1.020 1.050 "arithmetic 10.70 ms"
 # PyTorch: best formats 400 and 500 -> 450 (lenet x1); 700, 700 -> 700 (lenet x2).
 peer_run "$raw/torch-lenet-w1-r1.json" 400 300
 peer_run "$raw/torch-lenet-w1-r2.json" 100 500
@@ -141,7 +142,7 @@ expect "| resnet20 images/s, 2 ranks x 1 thread | 400 (400-400) | 160 (160-160) 
 # Scaling: the ratio of the medians (2100 / 1100, 700 / 450), then each round's own ratio
 # (2000 / 1000 and 2200 / 1200; PyTorch 700 / 400 and 700 / 500).
 expect "| lenet scaling 1 -> 2 ranks | 1.91x (rounds 2.00x, 1.83x) | 1.56x (rounds 1.75x, 1.40x) | 1.23x | >= 1.95x (ours) | no (the machine's ceiling in this run: 1.68x; a synchronous step with no communication scaled 1.92x; even arithmetic in registers, synchronised so, scaled 1.94x) |"
-expect "| lenet arithmetic ceiling: arithmetic in registers as long as our step, on 2 ranks with a barrier after each / the same alone, in the same seconds | 1.94x (rounds 1.90x, 1.98x) (the step-synchronous ceiling is 99% of it; a step's 90th percentile over its median: arithmetic +5%, our step +25%) |"
+expect "| lenet arithmetic ceiling: arithmetic in registers as long as our step, on 2 ranks with a barrier after each / the same alone, in the same seconds | 1.94x (rounds 1.90x, 1.98x) (the step-synchronous ceiling is 99% of it; a step's 90th percentile over its median, together / alone: arithmetic +5% / +4%, our step +25% / +22%) |"
 expect "Arithmetic ceiling rows: \`model_bench --sync-steps --sync-arith\`"
 expect "| lenet step-synchronous ceiling: our step on 2 ranks, a barrier after each, nothing exchanged / the same step on 1 rank, in the same seconds | 1.92x (rounds 1.90x, 1.93x) (our scaling is 100% of it; rounds 105%, 95%; the busier rank +5%) |"
 expect "Step-synchronous ceiling rows: \`model_bench --sync-steps\`"
@@ -212,14 +213,20 @@ import sys
 sys.path.insert(0, sys.argv[1])
 import raw_results
 for path in sys.argv[2:]:
-    images_per_s, busy, alone, spread = raw_results.probe(path)
+    images_per_s, busy, alone, spread, spread_alone = raw_results.probe(path)
     assert images_per_s > 0 and len(busy) == 2 and min(busy) > 0, (path, images_per_s, busy)
     assert len(alone) == 2 and min(alone) > 0 and raw_results.probe_scaling(images_per_s, alone) > 0, alone
     assert len(spread) == 2 and min(spread) >= 1, (path, spread)
+    assert len(spread_alone) == 2 and min(spread_alone) >= 1, (path, spread_alone)
 old = sys.argv[2] + ".old"
 open(old, "w").write("sync ranks 2 steps 4 batch 16: 10.0 images/s in all; busy s by rank 1.0 2.0; "
                      "alone images/s by rank 5.0 6.0\n")
-assert raw_results.probe(old) == (10.0, [1.0, 2.0], [5.0, 6.0], None), raw_results.probe(old)
+assert raw_results.probe(old) == (10.0, [1.0, 2.0], [5.0, 6.0], None, None), raw_results.probe(old)
+older = old + "2"  # with the spreads together but not alone
+open(older, "w").write("sync ranks 2 steps 4 batch 16: 10.0 images/s in all; busy s by rank 1.0 2.0; "
+                       "alone images/s by rank 5.0 6.0; step p90/median by rank 1.1 1.2\n")
+assert raw_results.probe(older) == (10.0, [1.0, 2.0], [5.0, 6.0], [1.1, 1.2], None), \
+    raw_results.probe(older)
 # The arithmetic lasts about as long as the model's step it was calibrated on (a loop the
 # compiler dropped would take no time at all): 4 steps together, loosely, on a shared machine.
 import re
