@@ -163,7 +163,7 @@ void sleeping_barrier() {
 // arithmetic scaled 1.88-2.12x at lenet's step length (our step 1.66-1.92x) and 1.91-2.04x at
 // resnet20's (1.73-1.94x); a step that only reads and writes a 256 KB buffer, 1.87-1.94x.
 // Both probes also time each rank's steps alone, so a spread can be told from contention: in
-// six alternations later that day (lenet 200 steps, resnet20 60), our step's 90th percentile
+// five or six alternations later that day (lenet 200 steps, resnet20 60), our step's p90
 // lay above its median by a median 12% together and 18% alone (lenet), 13% and 12% (resnet20);
 // arithmetic's by 7-9% either way. Our step spreads as wide with the other rank asleep, so
 // what it loses beyond arithmetic is the machine's memory moving under it, not our two ranks.
