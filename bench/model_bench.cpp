@@ -33,6 +33,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
@@ -215,13 +216,9 @@ SyncResult run_synchronised(const Step& step, int batch, int warmup, int steps) 
   auto run_alone = [&](int k) {
     for (int q = 0; q < size; ++q) {
       if (q == rank) {
-        const double t0 = now();
-        for (int i = 0; i < k; ++i) {
-          const double s = now();
-          step(batch);
-          took_alone.push_back(now() - s);
-        }
-        alone += now() - t0;
+        const std::vector<double> t = timed_runs(k, [&] { step(batch); });
+        took_alone.insert(took_alone.end(), t.begin(), t.end());
+        alone += std::accumulate(t.begin(), t.end(), 0.0);
       }
       sleeping_barrier();
     }

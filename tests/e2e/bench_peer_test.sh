@@ -178,6 +178,15 @@ echo '{"event": "epoch", "epoch": 1, "val_acc": 0.905, "elapsed_s": 9.0}' >"$WOR
 [[ $(cat "$WORK/latest2.md") == *"| not reached in round 2 of 3 (1 epochs; best 90.50%) | 70.0 s (60.0-80.0; epochs 2, 3, 2) | n/a | <= 0.33x | no |"* ]] ||
   fail "a missed round: $(grep 'time to 91%' "$WORK/latest2.md")"
 
+# Probe logs from before the spreads alone were printed: the arithmetic row gives the spreads
+# together only, as it did then (the same figures as above).
+cp -r "$raw" "$WORK/raw4"
+sed -i 's/; alone step p90\/median by rank.*//' "$WORK/raw4"/probe-*.log
+"$PY" "$SRC/bench/peer/report.py" "$WORK/raw4" --md "$WORK/latest4.md" --png "$WORK/latest4.png" \
+  >/dev/null || fail "report.py failed on probe logs without the spreads alone"
+[[ $(cat "$WORK/latest4.md") == *"(the step-synchronous ceiling is 99% of it; a step's 90th percentile over its median: arithmetic +5%, our step +25%) |"* ]] ||
+  fail "older probe logs: $(grep 'arithmetic ceiling' "$WORK/latest4.md")"
+
 # A judged figure that misses never reads as its target: one more place where rounding would.
 "$PY" - "$SRC/bench/peer" <<'EOF' || fail "report.judged rounds a miss into a pass"
 import sys
