@@ -49,3 +49,18 @@ rec = [r for r in rec if r.get("event") == event]
 print(rec[-1][key] if rec else "missing")
 PYEOF
 }
+
+# wait_for_steps METRICS: waits until the metrics file shows a step record (training has begun).
+wait_for_steps() {
+  for _ in $(seq 1 300); do grep -q '"event": "step"' "$1" 2>/dev/null && return 0; sleep 0.1; done
+  fail "training did not start within 30 s"
+}
+
+# rank_pid MPIRUN_PID RANK: the pid of that rank's ddpv-train under that mpirun.
+rank_pid() {
+  local p
+  for p in $(pgrep -P "$1" -f ddpv-train); do
+    tr '\0' '\n' <"/proc/$p/environ" | grep -qx "OMPI_COMM_WORLD_RANK=$2" && { echo "$p"; return; }
+  done
+  fail "no rank $2 under mpirun $1"
+}

@@ -9,19 +9,6 @@ make_store "$WORK" --train 2000 --test 100
 args=(--data "$WORK/tiny.h5" --model lenet --epochs 50 --batch-size 8 --lr 0.02 --no-progress
       --log-every 1 --val-split none)
 
-wait_for_steps() {  # wait until the metrics file shows a step record (training has begun)
-  for _ in $(seq 1 300); do grep -q '"event": "step"' "$1" 2>/dev/null && return 0; sleep 0.1; done
-  fail "training did not start within 30 s"
-}
-
-rank_pid() {  # mpirun's pid, a rank: the pid of that rank's ddpv-train
-  local p
-  for p in $(pgrep -P "$1" -f ddpv-train); do
-    tr '\0' '\n' <"/proc/$p/environ" | grep -qx "OMPI_COMM_WORLD_RANK=$2" && { echo "$p"; return; }
-  done
-  fail "no rank $2 under mpirun $1"
-}
-
 for mode in USR1 TERM USR1-rank1; do
   sig=${mode%%-*}
   dir="$WORK/$mode"
