@@ -71,7 +71,7 @@ po::options_description describe(TrainOptions& o) {
     ("balance", po::bool_switch(&o.balance), "CPU: split each step's global batch among the ranks by their measured speed, so a slower node takes fewer samples instead of holding the others back")
     ("batch-split", po::value(&o.batch_split), "CPU: each rank's batch, as in 88/40 (summing to ranks x --batch-size): a fixed split, or --balance's first")
     ("mpi-progress", po::value(&o.mpi_progress)->default_value(o.mpi_progress), "CPU: nonblocking (MPI_Iallreduce advanced from backward) | thread")
-    ("comm-timeout", po::value(&o.comm_timeout)->default_value(o.comm_timeout), "seconds before a stuck collective aborts the job (CUDA)");
+    ("comm-timeout", po::value(&o.comm_timeout)->default_value(o.comm_timeout), "seconds a rank may wait for the others (a collective, the shared update, a GPU collective) before the job ends, naming the ranks that did not arrive, with exit code 75 (0: never)");
   po::options_description out("Checkpoints and output");
   out.add_options()
     ("checkpoint-dir", po::value(&o.checkpoint_dir), "directory of checkpoints (and `latest`)")
@@ -173,6 +173,7 @@ int main(int argc, char** argv) {
 
   ddpv::World world(&argc, &argv);
   try {
+    if (o.comm_timeout > 0) world.watch_stalls(o.comm_timeout);  // Note [Stall watchdog]
     ddpv::Trainer trainer(o, world);
     const ddpv::TrainSummary s = trainer.run();
     if (world.is_root()) {
@@ -198,8 +199,10 @@ int main(int argc, char** argv) {
     // Every rank throws this after the same step (they agreed on it), so all exit together.
     if (world.is_root()) std::fprintf(stderr, "%s: %s\n", kProgram, e.what());
     return 1;
+  } catch (const ddpv::AgreedFailure&) {
+    return 1;  // one rank has said what failed, and every rank knows (Note [Agreed failures])
   } catch (const std::exception& e) {
-    ddpv::abort_job(kProgram, e);
+    world.abort_job(kProgram, e);  // Note [One abort]
   }
   return 0;
 }

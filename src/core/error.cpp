@@ -33,11 +33,16 @@ Error::Error(const std::string& message, const char* file, int line)
         std::string where = error_rank() >= 0
                                 ? "rank " + std::to_string(error_rank()) + " on " + host_name()
                                 : host_name();
-        return message + " [" + where + ", " + basename_of(file) + ":" + std::to_string(line) +
-               "]";
+        return message + " [" + where + ", " + basename_of(file) + ":" + std::to_string(line) + "]";
       }()),
       message_(message),
       location_(std::string(basename_of(file)) + ":" + std::to_string(line)) {}
+
+void write_line(const std::string& line) {
+  const std::string text = line + "\n";
+  ssize_t ignored = ::write(STDERR_FILENO, text.data(), text.size());
+  (void)ignored;
+}
 
 void throw_error(const std::string& message, const char* file, int line) {
   throw Error(message, file, line);

@@ -10,7 +10,9 @@
 #include "ddpv/core/dtype.hpp"
 #include "ddpv/core/log.hpp"
 #include "ddpv/dist/communicator.hpp"
+#include "ddpv/dist/stall_watch.hpp"
 #include "dist/mpi_check.hpp"
+#include "dist/mpi_wait.hpp"
 
 namespace ddpv {
 namespace {
@@ -96,8 +98,8 @@ void divide(void* data, int64_t count, CommType type, int size) {
 }
 
 void run_allreduce(MPI_Comm comm, int size, void* data, int64_t count, CommType type, ReduceOp op) {
-  DDPV_MPI_CHECK(
-      MPI_Allreduce(MPI_IN_PLACE, data, checked_count(count), mpi_type(type), mpi_op(op, type), comm));
+  DDPV_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, checked_count(count), mpi_type(type),
+                               mpi_op(op, type), comm));
   if (op == ReduceOp::kAvg) divide(data, count, type, size);
 }
 
@@ -146,6 +148,7 @@ struct Queue {
       }
       std::exception_ptr failure;
       try {
+        arrive(comm);  // Note [Waiting without spinning]: no spin while ranks are late
         run_allreduce(comm, size, job.data, job.count, job.type, job.op);
       } catch (...) {
         failure = std::current_exception();
@@ -172,7 +175,8 @@ struct Queue {
 
 class ThreadWork final : public CommWork {
  public:
-  ThreadWork(std::shared_ptr<Queue> q, uint64_t seq) : q_(std::move(q)), seq_(seq) {}
+  ThreadWork(std::shared_ptr<Queue> q, uint64_t seq, StallWatch* watch)
+      : q_(std::move(q)), seq_(seq), watch_(watch) {}
   ~ThreadWork() override {
     if (waited_) return;
     try {
@@ -183,12 +187,14 @@ class ThreadWork final : public CommWork {
   }
   void wait() override {
     waited_ = true;
+    WaitScope scope(watch_);
     q_->wait_for(seq_);
   }
 
  private:
   std::shared_ptr<Queue> q_;
   uint64_t seq_;
+  StallWatch* watch_;
   bool waited_ = false;
 };
 
@@ -196,15 +202,22 @@ class ThreadWork final : public CommWork {
 class RequestWork final : public CommWork {
  public:
   RequestWork(std::shared_ptr<MPI_Request> req, void* data, int64_t count, CommType type,
-              ReduceOp op, int size)
-      : req_(std::move(req)), data_(data), count_(count), type_(type), op_(op), size_(size) {}
+              ReduceOp op, int size, StallWatch* watch)
+      : req_(std::move(req)),
+        data_(data),
+        count_(count),
+        type_(type),
+        op_(op),
+        size_(size),
+        watch_(watch) {}
   ~RequestWork() override {
     if (!waited_ && *req_ != MPI_REQUEST_NULL) MPI_Wait(req_.get(), MPI_STATUS_IGNORE);
   }
   void wait() override {
     if (waited_) return;
     waited_ = true;
-    if (*req_ != MPI_REQUEST_NULL) DDPV_MPI_CHECK(MPI_Wait(req_.get(), MPI_STATUS_IGNORE));
+    WaitScope scope(watch_);
+    wait_request(req_.get(), "MPI_Iallreduce");  // Note [Waiting without spinning]
     if (op_ == ReduceOp::kAvg) divide(data_, count_, type_, size_);
   }
 
@@ -215,13 +228,14 @@ class RequestWork final : public CommWork {
   CommType type_;
   ReduceOp op_;
   int size_;
+  StallWatch* watch_;
   bool waited_ = false;
 };
 
 class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator(const World& world, MpiProgress progress)
-      : q_(std::make_shared<Queue>()), progress_(progress) {
+      : q_(std::make_shared<Queue>()), progress_(progress), watch_(world.stall_watch()) {
     DDPV_MPI_CHECK(MPI_Comm_dup(mpi_world_comm(world), &q_->comm));
     DDPV_MPI_CHECK(MPI_Comm_set_errhandler(q_->comm, MPI_ERRORS_RETURN));
     DDPV_MPI_CHECK(MPI_Comm_rank(q_->comm, &rank_));
@@ -267,18 +281,23 @@ class MpiCommunicator final : public Communicator {
     drain();
     DDPV_CHECK(bytes <= static_cast<size_t>(INT32_MAX), "broadcast of ", bytes,
                " bytes is larger than one MPI message");
+    WaitScope scope(watch_);  // the whole collective: a rank may stop in the middle of it
+    arrive(q_->comm);         // Note [Waiting without spinning]
     DDPV_MPI_CHECK(MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, q_->comm));
   }
 
   void allreduce(void* data, int64_t count, CommType type, ReduceOp op) override {
     check_op(type, op);
     drain();
+    WaitScope scope(watch_);  // the whole collective: a rank may stop in the middle of it
+    arrive(q_->comm);         // Note [Waiting without spinning]
     run_allreduce(q_->comm, q_->size, data, count, type, op);
   }
 
   void barrier() override {
     drain();
-    DDPV_MPI_CHECK(MPI_Barrier(q_->comm));
+    WaitScope scope(watch_);
+    arrive(q_->comm);
   }
 
   std::unique_ptr<CommWork> allreduce_async(void* data, int64_t count, CommType type,
@@ -290,7 +309,7 @@ class MpiCommunicator final : public Communicator {
       DDPV_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), mpi_type(type),
                                     mpi_op(op, type), q_->comm, req.get()));
       outstanding_.push_back(req);
-      return std::make_unique<RequestWork>(req, data, count, type, op, q_->size);
+      return std::make_unique<RequestWork>(req, data, count, type, op, q_->size, watch_);
     }
     uint64_t seq = 0;
     {
@@ -300,7 +319,7 @@ class MpiCommunicator final : public Communicator {
       seq = ++q_->issued;
     }
     q_->cv.notify_all();
-    return std::make_unique<ThreadWork>(q_, seq);
+    return std::make_unique<ThreadWork>(q_, seq, watch_);
   }
 
   // Non-blocking mode: an MPI call, so that launched collectives advance during backward.
@@ -316,7 +335,8 @@ class MpiCommunicator final : public Communicator {
 
  private:
   // Blocking calls run on the caller's thread once every launched collective has completed,
-  // which keeps all collectives of this communicator in program order.
+  // which keeps all collectives of this communicator in program order. In thread mode this is
+  // a sync point whether or not anything is left to wait for, so that every rank counts it.
   void drain() {
     if (progress_ != MpiProgress::kThread) {
       outstanding_.clear();  // MPI orders collectives of one communicator by call order
@@ -327,11 +347,13 @@ class MpiCommunicator final : public Communicator {
       std::lock_guard lock(q_->mutex);
       issued = q_->issued;
     }
+    WaitScope scope(watch_);
     q_->wait_for(issued);
   }
 
   std::shared_ptr<Queue> q_;
   MpiProgress progress_;
+  StallWatch* watch_;  // Note [Stall watchdog]; null in tools without one
   int rank_ = 0;
   std::thread worker_;
   std::vector<std::shared_ptr<MPI_Request>> outstanding_;  // kNonBlocking only

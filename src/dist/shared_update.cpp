@@ -4,7 +4,6 @@
 #include "ddpv/dist/shared_update.hpp"
 
 #include <fcntl.h>
-#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -18,8 +17,11 @@
 
 #include "ddpv/core/clock.hpp"
 #include "ddpv/core/log.hpp"
+#include "ddpv/dist/stall_watch.hpp"
 #include "ddpv/nn/model.hpp"
+#include "dist/backoff.hpp"
 #include "dist/mpi_check.hpp"
+#include "dist/mpi_wait.hpp"
 
 namespace ddpv {
 
@@ -67,8 +69,9 @@ namespace ddpv {
 // for bit those of the slices. Counters only grow (step s owns claims [s C, (s + 1) C) of C
 // chunks), so nothing is reset between steps; a rank's report packs its step and how far its
 // gradients are final into one word. A rank can enter step s + 1 only after every chunk of
-// step s is done, so it never overwrites a gradient that is still to be read. Waiting spins
-// with a pause and yields the core now and then, for the runs with more ranks than cores.
+// step s is done, so it never overwrites a gradient that is still to be read. Waiting follows
+// Note [Waiting without spinning]: a spin with a pause and a yield of the core now and then,
+// for the runs with more ranks than cores, and sleeps once no chunk has moved for a while.
 // 2-rank lenet, alternated against the barrier path in one binary: a median +4.8% over 17 pairs
 // of 391-step runs and +5.7% over 10 pairs of the bench's 90-step runs (docs/performance.md,
 // "Updating while others finish").
@@ -87,14 +90,6 @@ constexpr size_t kClaimedWord = 0, kDoneWord = kWordStride, kReportWord = 2 * kW
 
 std::atomic_ref<int64_t> word(int64_t* control, size_t index) {
   return std::atomic_ref<int64_t>(control[index]);
-}
-
-// One step of a wait: a pause, and every 64 steps a yield of the core.
-void relax(unsigned* spins) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-  if (++*spins % 64 == 0) sched_yield();
 }
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
@@ -168,6 +163,7 @@ std::string map_object(const char* name, size_t bytes, bool create, Mapping* out
 
 struct SharedUpdate::Impl {
   Backend* backend = nullptr;
+  StallWatch* watch = nullptr;     // Note [Stall watchdog]
   MPI_Comm local = MPI_COMM_NULL;  // the ranks of this node (a private duplicate)
   MPI_Comm cross = MPI_COMM_NULL;  // this local rank on every node; null on a single node
   int local_rank = 0, local_size = 1, nodes = 1;
@@ -217,7 +213,8 @@ struct SharedUpdate::Impl {
 
   void barrier() const {
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    DDPV_MPI_CHECK(MPI_Barrier(local));
+    WaitScope scope(watch);
+    arrive(local);  // MPI_Ibarrier, waited on as Note [Waiting without spinning] says
     std::atomic_thread_fence(std::memory_order_seq_cst);
   }
 };
@@ -242,6 +239,7 @@ std::unique_ptr<SharedUpdate> SharedUpdate::create(const World& world, Model& mo
 
   auto s = std::make_unique<Impl>();
   s->backend = &model.backend();
+  s->watch = world.stall_watch();
   s->local_rank = world.local_rank();
   s->local_size = world.local_size();
   s->nodes = world.size() / world.local_size();
@@ -332,16 +330,17 @@ double SharedUpdate::step_one_node(const SgdConfig& cfg) {
   Impl& s = *impl_;
   s.report(s.count);  // every gradient of this rank is final
   const int64_t last = (s.step_no + 1) * s.chunks();
+  WaitScope scope(s.watch);
   double waited = 0;
   auto t = Clock::now();
-  unsigned spins = 0;
+  Backoff backoff;
   std::atomic_ref<int64_t> claimed = word(s.control, kClaimedWord);
   std::atomic_ref<int64_t> done = word(s.control, kDoneWord);
   for (int64_t c = claimed.load(std::memory_order_acquire); c < last;) {
     const int64_t j = c - s.step_no * s.chunks();
     const int64_t final_end = s.final_everywhere();
     if (s.chunk_end(j) > final_end) {  // some rank is still writing this chunk's gradients
-      relax(&spins);
+      backoff.pause();
       c = claimed.load(std::memory_order_acquire);
       continue;
     }
@@ -351,10 +350,11 @@ double SharedUpdate::step_one_node(const SgdConfig& cfg) {
                               s.grads, s.momentum);
     if (final_end < s.count) ++s.early;
     done.fetch_add(1, std::memory_order_release);
+    backoff.reset();
     t = Clock::now();
     c = claimed.load(std::memory_order_acquire);
   }
-  while (done.load(std::memory_order_acquire) < last) relax(&spins);
+  while (done.load(std::memory_order_acquire) < last) backoff.pause();
   ++s.step_no;
   std::fill(s.final_entry.begin(), s.final_entry.end(), 0);
   s.next_entry = 0;
@@ -372,8 +372,12 @@ double SharedUpdate::step(const SgdConfig& cfg) {
   for (int64_t i = s.begin; i < s.end; ++i)
     s.own_grad[i] = pairwise_sum(s.grads.data(), s.grads.size(), i);
   t = Clock::now();
-  DDPV_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, s.own_grad + s.begin,
-                               static_cast<int>(s.end - s.begin), MPI_FLOAT, MPI_SUM, s.cross));
+  {
+    WaitScope scope(s.watch);
+    arrive(s.cross);  // the other nodes' ranks, before the blocking allreduce
+    DDPV_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, s.own_grad + s.begin,
+                                 static_cast<int>(s.end - s.begin), MPI_FLOAT, MPI_SUM, s.cross));
+  }
   waited += seconds_since(t);
   s.backend->sgd_update_sum(cfg, s.spans, s.count, s.params, s.summed, s.momentum);
   t = Clock::now();

@@ -65,7 +65,7 @@ void validate_options(const TrainOptions& o, bool cuda_device) {
   require(!o.balance || !o.deterministic,
           "--balance splits each batch by measured speed, so runs are not bit-reproducible: "
           "drop --balance or --deterministic");
-  require(o.comm_timeout > 0, "--comm-timeout must be positive (seconds)");
+  require(o.comm_timeout >= 0, "--comm-timeout must be >= 0 (seconds; 0: no watchdog)");
   require(o.threads >= 0, "--threads must be >= 0 (0: the node's cores shared among its ranks)");
   require(o.checkpoint_every >= 0, "--checkpoint-every must be >= 0 (0: only at the end)");
   require(o.keep_checkpoints >= 0, "--keep-checkpoints must be >= 0 (0: keep all)");

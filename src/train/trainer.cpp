@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "ddpv/core/log.hpp"
+#include "ddpv/dist/stall_watch.hpp"
 #include "ddpv/nn/layer_profile.hpp"
 #include "ddpv/nn/layers.hpp"
 #include "train/signals.hpp"
@@ -22,19 +23,29 @@ Trainer::Impl::Impl(const TrainOptions& options, World& w)
                   ? MetricsWriter(options.metrics, options.resume.size() > 0)
                   : MetricsWriter()),
       bar(w.is_root() && options.progress && stdout_is_terminal()) {
-  BackendOptions bo;
-  bo.device = resolve_device(o.device);
-  bo.device_index = world.device_index();
-  bo.threads =
-      o.threads > 0 ? o.threads : auto_threads(world.local_size());  // Note [Threads per rank]
-  bo.precision = parse_precision(o.precision);
-  bo.deterministic = o.deterministic;
-  backend = make_backend(bo);
-  if (!o.batch_split.empty())  // on one rank too: a split for another world size is a mistake
-    check_split(parse_batch_split(o.batch_split), world.size(), o.batch_size, "--batch-split");
-  open_data();
-  make_feeds();
-  build_model();
+  // Note [Agreed failures]: what may fail on some ranks only or on all alike (the backend,
+  // the store, the model, rank 0's checkpoint) runs before the first collective, and the
+  // ranks agree on the outcome before any of them enters one.
+  std::exception_ptr failure;
+  try {
+    BackendOptions bo;
+    bo.device = resolve_device(o.device);
+    bo.device_index = world.device_index();
+    bo.threads =
+        o.threads > 0 ? o.threads : auto_threads(world.local_size());  // Note [Threads per rank]
+    bo.precision = parse_precision(o.precision);
+    bo.deterministic = o.deterministic;
+    backend = make_backend(bo);
+    if (!o.batch_split.empty())  // on one rank too: a split for another world size is a mistake
+      check_split(parse_batch_split(o.batch_split), world.size(), o.batch_size, "--batch-split");
+    open_data();
+    make_feeds();
+    build_model();
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  world.agree(failure);
+  connect();
 }
 
 void Trainer::Impl::open_data() {
@@ -72,12 +83,6 @@ void Trainer::Impl::build_model() {
   model->init_parameters(o.seed);
   loss_op = backend->softmax_cross_entropy(static_cast<int>(shape.num_classes));
   spans = model->decay_spans();
-  if (backend->device() == Device::kCpu) {
-    comm = make_mpi_communicator(world, parse_mpi_progress(o.mpi_progress));
-  } else {
-    comm = make_communicator(world, *backend);
-  }
-  comm->set_timeout(o.comm_timeout);  // the CUDA watchdog; MPI collectives have none
   sgd.momentum = static_cast<float>(o.momentum);
   sgd.nesterov = o.nesterov;
   sgd.weight_decay = static_cast<float>(o.weight_decay);
@@ -101,7 +106,18 @@ void Trainer::Impl::build_model() {
   }
   if (balanced(o, world.size()))  // Note [Balanced batches]
     balancer.emplace(world.size(), o.batch_size, parse_batch_split(o.batch_split));
-  resume();                             // loads on rank 0, or keeps the fresh initialisation
+  resume();  // loads on rank 0, or keeps the fresh initialisation
+}
+
+// The communicator, and the replicas made equal: rank 0's model, momentum and position.
+void Trainer::Impl::connect() {
+  if (backend->device() == Device::kCpu) {
+    comm = make_mpi_communicator(world, parse_mpi_progress(o.mpi_progress));
+  } else {
+    comm = make_communicator(world, *backend);
+  }
+  // The CUDA watchdog's (Note [Collective watchdog]); 0 turns both watchdogs off.
+  comm->set_timeout(o.comm_timeout > 0 ? o.comm_timeout : kNoTimeout);
   broadcast_parameters(*model, *comm);  // every rank starts from rank 0's model
   comm->broadcast(model->momentum_data(), static_cast<size_t>(model->param_count()) * sizeof(float),
                   0);
@@ -173,11 +189,14 @@ void Trainer::Impl::train_step() {
   Backend* timed = backend.get();
   double loss_sum = 0, correct = 0, samples = 0;
   bool finite = true;
-  comm->set_step(step);  // named by the watchdog when a collective hangs
+  comm->set_step(step);                      // named by the watchdog when a collective hangs
+  StallWatch& watch = *world.stall_watch();  // Note [Stall watchdog]
+  watch.set_step(step);
   const auto t_step = Clock::now();
   const double waits_before = data_wait + comm_wait;
   for (int k = 0; k < o.accum_steps; ++k) {
     const auto t_data = Clock::now();
+    watch.set_phase(Phase::kData);
     std::optional<DeviceFeed::Ready> batch;
     {
       ProfileScope scope(timed, kProfData, kProfDataKind, ProfilePhase::kOther);
@@ -189,6 +208,7 @@ void Trainer::Impl::train_step() {
     const Tensor& x = batch->images;
     const Tensor& y = batch->labels;
     data_wait += seconds_since(t_data);
+    watch.set_phase(Phase::kCompute);
 
     const int n = static_cast<int>(x.shape()[0]);
     const Tensor& logits = model->forward(x, /*training=*/true);
@@ -219,6 +239,7 @@ void Trainer::Impl::train_step() {
     train_feed->done();  // the next batch uploads while this backward runs (Note [Two slots])
     data_wait += seconds_since(t_next);
     if (reducer) {
+      watch.set_phase(Phase::kGradients);
       ProfileScope scope(timed, kProfReduce, kProfReduceKind, ProfilePhase::kOther);
       const auto t_comm = Clock::now();
       reducer->wait();
@@ -233,6 +254,7 @@ void Trainer::Impl::train_step() {
     ProfileScope scope(timed, kProfUpdate, shared ? kProfSharedKind : kProfUpdateKind,
                        ProfilePhase::kOther);
     if (shared) {
+      watch.set_phase(Phase::kGradients);
       comm_wait += shared->step(sgd);
     } else {
       backend->sgd_update(sgd, spans, model->param_count(), model->param_data(), model->grad_data(),
@@ -255,6 +277,7 @@ void Trainer::Impl::train_step() {
   const int seen = stop_signal_received();
   for (int k = 0; k < kSignals; ++k) agree[4 + k] = seen == kStopSignals[k];
   {
+    watch.set_phase(Phase::kAgreement);
     ProfileScope scope(timed, kProfAgree, kProfAgreeKind, ProfilePhase::kOther);
     world.allreduce_sum(agree, 4 + kSignals);
   }
@@ -283,6 +306,7 @@ void Trainer::Impl::balance_step() {
     if (since_warm == 0) balance_busy = balance_samples = 0;
     return;
   }
+  world.stall_watch()->set_phase(Phase::kBalance);
   const int n = world.size(), me = world.rank();
   std::vector<double> rows(static_cast<size_t>(2 * n), 0.0);
   rows[static_cast<size_t>(2 * me)] = balance_busy;
@@ -336,6 +360,7 @@ TrainSummary Trainer::Impl::run() {
     ++epoch;
     epoch_step = 0;
     const auto t_pause = Clock::now();  // evaluation and checkpoints are not training time
+    world.stall_watch()->set_phase(Phase::kReport);
     const RankReport epoch_ranks = pool_rank_times(epoch_mark, step - epoch_first_step);
     double val_loss = std::numeric_limits<double>::quiet_NaN(), val_acc = val_loss;
     if (val_source) evaluate(&val_loss, &val_acc);
@@ -352,6 +377,7 @@ TrainSummary Trainer::Impl::run() {
   }
   train_end = Clock::now();
   paused_at_end = paused;
+  world.stall_watch()->set_phase(Phase::kFinish);
   if (o.profile_layers && world.is_root()) std::fputs(LayerProfile::get().report().c_str(), stdout);
   if (!o.checkpoint_dir.empty() && last_checkpoint_step != step) {
     save(stop_signal ? signal_name(stop_signal) : "end");

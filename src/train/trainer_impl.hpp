@@ -41,7 +41,8 @@ struct Trainer::Impl {
   // set-up (trainer.cpp)
   void open_data();
   void make_feeds();
-  void build_model();
+  void build_model();  // and, on rank 0, resume
+  void connect();      // the communicator; every rank takes rank 0's model and position
   void make_update();  // the shared update or the gradient reducer
   // the loop (trainer.cpp)
   TrainSummary run();
@@ -88,9 +89,9 @@ struct Trainer::Impl {
   void balance_step();
 
   // position
-  int64_t epoch = 0;          // the current epoch (epochs completed before it)
-  int64_t epoch_step = 0;     // optimizer steps done in the current epoch
-  int64_t step = 0;           // optimizer steps since the start of training
+  int64_t epoch = 0;       // the current epoch (epochs completed before it)
+  int64_t epoch_step = 0;  // optimizer steps done in the current epoch
+  int64_t step = 0;        // optimizer steps since the start of training
   int64_t steps_per_epoch = 0;
   int64_t run_start_step = 0;
   bool stop = false;
@@ -104,6 +105,7 @@ struct Trainer::Impl {
   // (when the run has at least 2 * kWarmupSteps steps), less evaluation and checkpoint pauses;
   // images_per_s_all keeps the whole run.
   static constexpr int64_t kWarmupSteps = 5;
+  static constexpr double kNoTimeout = 1e9;  // --comm-timeout 0: seconds that never come
   double warm_images = -1, paused = 0, paused_at_warm = 0, paused_at_end = 0;
   Clock::time_point warm_start, train_end;
   double images = 0;  // global samples trained on in this run

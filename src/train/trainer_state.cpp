@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "ddpv/core/log.hpp"
+#include "ddpv/dist/stall_watch.hpp"
 #include "ddpv/train/checkpoint.hpp"
 #include "train/signals.hpp"
 #include "train/trainer_impl.hpp"
@@ -40,6 +41,7 @@ void add_rank_report(JsonRecord& record, const RankReport& ranks) {
 // Every validation sample counted exactly once: each rank evaluates its unpadded shard (ranks
 // may differ by one sample, and no collective runs inside the loop), then one allreduce.
 void Trainer::Impl::evaluate(double* loss, double* acc) {
+  world.stall_watch()->set_phase(Phase::kEvaluation);
   average_buffers(*model, *comm);  // BatchNorm running statistics agree before evaluation
   double sums[3] = {0, 0, 0};      // loss sum, correct, samples
   val_feed->start_epoch(0, 0);
@@ -62,6 +64,7 @@ void Trainer::Impl::evaluate(double* loss, double* acc) {
 }
 
 std::string Trainer::Impl::save(const char* why) {
+  world.stall_watch()->set_phase(Phase::kCheckpoint);
   average_buffers(*model, *comm);
   // Every rank holds the same parameters, so all reach the same verdict without a collective.
   if (!backend->all_finite(model->param_count(), model->param_data())) {

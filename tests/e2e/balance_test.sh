@@ -74,10 +74,12 @@ bad() {  # expected-exit message-pattern args...
     --max-steps 2 "$@" >"$WORK/bad.log" 2>&1 || rc=$?
   [ $rc = "$want" ] || { cat "$WORK/bad.log"; fail "$*: exit $rc, not $want"; }
   grep -q "$pattern" "$WORK/bad.log" || { cat "$WORK/bad.log"; fail "$*: no message '$pattern'"; }
+  [ "$(grep -c "$pattern" "$WORK/bad.log")" = 1 ] || fail "$*: the message is repeated"
 }
-bad 1 "ddpv-train: rank 0 on .*: --batch-split 88/41: give one size per rank (2), each at least 1, summing to 128" \
+# Every rank meets a bad split alike: one line, without a rank (Note [Agreed failures]).
+bad 1 "^ddpv-train: --batch-split 88/41: give one size per rank (2), each at least 1, summing to 128" \
   --batch-size 64 --batch-split 88/41
-bad 1 "ddpv-train: rank 0 on .*: --batch-split 40/40/48: give one size per rank (2)" \
+bad 1 "^ddpv-train: --batch-split 40/40/48: give one size per rank (2)" \
   --batch-size 64 --batch-split 40/40/48
 bad 2 "ddpv-train: --batch-split 88/4x: give one positive batch size per rank" --batch-split 88/4x
 bad 2 "ddpv-train: --batch-split 128/0: give one positive" --batch-split 128/0

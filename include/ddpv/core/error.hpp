@@ -25,8 +25,12 @@ class Error : public std::runtime_error {
 // that (option parsing, a bad store path) says "host" alone. World sets the rank once; it is
 // process-wide state by nature (one process = one rank), not a singleton object.
 void set_error_rank(int rank);
-int error_rank();            // -1 until set
+int error_rank();  // -1 until set
 const std::string& host_name();
+
+// Writes `line` and a newline to stderr in one write(2), so that the line is not interleaved
+// with other ranks' output (the error lines of abort paths).
+void write_line(const std::string& line);
 
 // Builds the "[rank R on HOST, file:line]" suffix and throws.
 [[noreturn]] void throw_error(const std::string& message, const char* file, int line);
@@ -46,8 +50,8 @@ std::string concat(const Args&... args) {
 #define DDPV_FAIL(...) ::ddpv::throw_error(::ddpv::detail::concat(__VA_ARGS__), __FILE__, __LINE__)
 
 // Throws unless cond holds: DDPV_CHECK(n > 0, "batch size must be positive, got ", n).
-#define DDPV_CHECK(cond, ...)                                                     \
-  do {                                                                            \
-    if (!(cond)) [[unlikely]]                                                     \
+#define DDPV_CHECK(cond, ...)                                                       \
+  do {                                                                              \
+    if (!(cond)) [[unlikely]]                                                       \
       ::ddpv::throw_error(::ddpv::detail::concat(__VA_ARGS__), __FILE__, __LINE__); \
   } while (0)

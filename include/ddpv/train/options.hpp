@@ -45,7 +45,7 @@ struct TrainOptions {
   bool balance = false;             // CPU: Note [Balanced batches]
   std::string batch_split;          // CPU: "88/40", each rank's batch (Note [Balanced batches])
   std::string mpi_progress = "nonblocking";  // nonblocking | thread (Note [Communication thread])
-  double comm_timeout = 600;        // seconds (CUDA watchdog)
+  double comm_timeout = 300;        // seconds; 0: no watchdog (Note [Stall watchdog])
   // output and checkpoints
   std::string checkpoint_dir;
   int64_t checkpoint_every = 1;     // epochs; 0: only at the end

@@ -9,6 +9,7 @@
 #include "ddpv/backend/backend.hpp"
 #include "ddpv/core/log.hpp"
 #include "ddpv/dist/communicator.hpp"
+#include "ddpv/dist/stall_watch.hpp"
 #include "ddpv/dist/world.hpp"
 #include "dist/communicator_factory.hpp"
 #include "dist/nccl/collective_watchdog.hpp"
@@ -99,7 +100,8 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator(const World& world, Backend& backend)
       : rank_(world.rank()),
         size_(world.size()),
-        compute_(static_cast<cudaStream_t>(backend.native_stream())) {
+        compute_(static_cast<cudaStream_t>(backend.native_stream())),
+        watch_(world.stall_watch()) {
     DDPV_CHECK(backend.device() == Device::kCuda && compute_ != nullptr,
                "the NCCL communicator needs a CUDA backend (got ", backend.name(), ")");
     // The backend made its GPU current on this thread when it was created.
@@ -216,14 +218,16 @@ class NcclCommunicator final : public Communicator {
 
   // Note [Watchdog ends the job]: the one place below main that ends the process. A rank stuck
   // in a device-side wait cannot unwind to main's catch, and its peers may be stuck too;
-  // aborting the communicator releases the GPU, and abort_job (World's top-level error path)
-  // prints one line naming the rank and host and ends the whole MPI job.
+  // aborting the communicator releases the GPU, and the stall watch's abort prints one line
+  // naming the rank and host and ends the whole MPI job, once even when the host-side stall
+  // watchdog or another rank's fires at the same time (Note [One abort]).
   void on_hang(const std::string& what) {
     (void)ncclCommAbort(comm_);
     const int64_t step = step_.load(std::memory_order_relaxed);
-    abort_job(program_invocation_short_name,
-              detail::concat(what, step >= 0 ? detail::concat(" at step ", step) : "",
-                             "; aborted the NCCL communicator"));
+    watch_->abort(program_invocation_short_name,
+                  detail::concat(what, step >= 0 ? detail::concat(" at step ", step) : "",
+                                 "; aborted the NCCL communicator"),
+                  StallWatch::kExitCode);
   }
 
   void release(bool abort) noexcept {
@@ -250,6 +254,7 @@ class NcclCommunicator final : public Communicator {
   void* barrier_buf_ = nullptr;  // one int32 on the device
   CudaEvent ready_;
   std::unique_ptr<CollectiveWatchdog> watchdog_;
+  StallWatch* watch_;  // World's (Note [Stall watchdog])
   uint64_t launched_ = 0;
   std::atomic<int64_t> step_{-1};
 };
