@@ -56,10 +56,11 @@ void write_files(StoreWriter& writer, const std::string& split,
         for (int c = 0; c < 3; ++c) out[p * 3 + c] = planes[c * kSide * kSide + p];
     }
     try {
-      writer.append(images.data(), labels.data(), n);
+      writer.check_labels(labels.data(), n);
     } catch (const ddpv::Error& e) {
       DDPV_FAIL(path, ": ", e.message());
     }
+    writer.append(images.data(), labels.data(), n);
     progress.update(done += n);
   }
   counts.emplace_back(split, writer.split_count());

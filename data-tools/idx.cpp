@@ -80,10 +80,11 @@ void write_split(StoreWriter& writer, const std::string& name, const Pair& p, Pr
     const int64_t m = std::min(kBlock, n - begin);
     for (int64_t i = 0; i < m; ++i) labels[static_cast<size_t>(i)] = p.labels.data()[begin + i];
     try {
-      writer.append(p.images.data() + begin * image, labels.data(), m);
+      writer.check_labels(labels.data(), m);
     } catch (const ddpv::Error& e) {  // name the labels file: it holds the bad label
       DDPV_FAIL(p.labels_path, ": ", e.message());
     }
+    writer.append(p.images.data() + begin * image, labels.data(), m);
     progress.update(done += m);
   }
 }

@@ -1,6 +1,7 @@
 // HDF5 helpers: error-stack capture, files, groups and datasets (attributes in h5_attr.cpp).
 #include "data/h5.hpp"
 
+#include <algorithm>
 #include <filesystem>
 
 namespace ddpv::h5 {
@@ -12,10 +13,29 @@ struct StackText {
   int count = 0;
 };
 
+// One line of a stack entry. The POSIX drivers describe a failed read or write over two lines
+// with the buffer address, sizes and offsets ("file write failed: time = ...\n, filename = ...,
+// errno = 28, error message = 'No space left on device', buf = ..."); only the first words and
+// the system's message are kept.
+std::string describe(const char* desc) {
+  std::string d = desc ? desc : "";
+  const std::string key = "error message = '";
+  const size_t m = d.find(key);
+  if (m != std::string::npos) {
+    const size_t end = d.find('\'', m + key.size());
+    const std::string what = d.substr(0, std::min(d.find(':'), d.find(',')));
+    d = what + ": " +
+        d.substr(m + key.size(), end == std::string::npos ? end : end - m - key.size());
+  }
+  for (char& c : d)
+    if (c == '\n' || c == '\r') c = ' ';
+  return d;
+}
+
 herr_t walk_cb(unsigned n, const H5E_error2_t* err, void* data) {
   auto* text = static_cast<StackText*>(data);
   std::string line =
-      std::string(err->func_name ? err->func_name : "?") + ": " + (err->desc ? err->desc : "");
+      std::string(err->func_name ? err->func_name : "?") + ": " + describe(err->desc);
   if (n == 0) text->first = line;
   text->last = line;
   ++text->count;
