@@ -113,6 +113,11 @@ int run_idx(const Args& args) {
   if (vm.count("preset") && vm.count("class-names"))
     throw UsageError("give --preset or --class-names, not both");
   const StoreWriterOptions wopt = writer_options(vm);
+  std::vector<std::string> inputs;
+  for (const char* o :
+       {"train-images", "train-labels", "test-images", "test-labels", "class-names"})
+    if (vm.count(o)) inputs.push_back(vm[o].as<std::string>());
+  const std::string out = output_path(vm, inputs);
   const auto start = std::chrono::steady_clock::now();
 
   std::vector<std::pair<std::string, Pair>> splits;
@@ -145,7 +150,6 @@ int run_idx(const Args& args) {
     for (int c = 0; c <= max_label; ++c) names.push_back(std::to_string(c));
   }
 
-  const std::string out = vm["out"].as<std::string>();
   StoreWriter writer(out, static_cast<int>(h), static_cast<int>(w), 1, names,
                      "idx: " + vm["train-images"].as<std::string>(), wopt);
   int64_t total = 0, done = 0;
