@@ -279,6 +279,9 @@ std::vector<T> read_whole(hid_t loc, const std::string& name, hid_t mem_type, co
                           std::vector<int64_t>* dims) {
   Handle ds = open_dataset(loc, name);
   std::vector<int64_t> d = dataset_dims(ds.get());
+  // Note [Claimed rows]: the dims are checked against the file before `out` is allocated.
+  check_claim(ds.get(), "dataset '" + name + "'", d, type_info(dataset_type(ds.get()).get()).size,
+              true, "write it again");
   int64_t n = 1;
   for (int64_t x : d) n *= x;
   std::vector<T> out(static_cast<size_t>(n));

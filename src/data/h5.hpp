@@ -104,6 +104,19 @@ Handle dataset_space(hid_t dataset);
 Handle dataset_type(hid_t dataset);
 std::vector<int64_t> dataset_dims(hid_t dataset);
 
+// Note [Claimed rows]: a dataset's dims are only a claim. A corrupt or hostile file may declare
+// 2^40 rows (a chunked dataset extended but never written costs a few bytes), and a reader
+// allocates from them. check_claim() throws "<what> claims N rows (dims, bytes) but ..." unless
+//   - the dims' byte count fits in int64 (no overflow, no dim >= 2^63);
+//   - a contiguous or compact dataset stores all of those bytes;
+//   - unfiltered data is no larger than the file (compressed data legitimately is);
+//   - a chunked dataset has every chunk its dims need (every_chunk: H5Dget_num_chunks walks
+//     the chunk index), or else the chunk of its last row (one index lookup);
+//   - it is not a virtual dataset (data in other files: none of this can be checked).
+// `remedy` ends the message ("convert the data again").
+void check_claim(hid_t dataset, const std::string& what, const std::vector<int64_t>& dims,
+                 uint64_t element_bytes, bool every_chunk, const std::string& remedy);
+
 // What a stored type is, in terms a validator can put in a message ("int32", "float64").
 struct TypeInfo {
   H5T_class_t cls = H5T_NO_CLASS;
