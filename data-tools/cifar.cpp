@@ -56,10 +56,11 @@ void write_files(StoreWriter& writer, const std::string& split,
         for (int c = 0; c < 3; ++c) out[p * 3 + c] = planes[c * kSide * kSide + p];
     }
     try {
-      writer.append(images.data(), labels.data(), n);
+      writer.check_labels(labels.data(), n);
     } catch (const ddpv::Error& e) {
       DDPV_FAIL(path, ": ", e.message());
     }
+    writer.append(images.data(), labels.data(), n);
     progress.update(done += n);
   }
   counts.emplace_back(split, writer.split_count());
@@ -108,7 +109,10 @@ int run_cifar(const Args& args) {
       total += static_cast<int64_t>(std::filesystem::file_size(f, ec) / layout.record());
     }
 
-  const std::string out = vm["out"].as<std::string>();
+  std::vector<std::string> inputs = train;
+  inputs.insert(inputs.end(), test.begin(), test.end());
+  if (vm.count("class-names")) inputs.push_back(vm["class-names"].as<std::string>());
+  const std::string out = output_path(vm, inputs);
   StoreWriter writer(out, kSide, kSide, 3, names,
                      "cifar-" + std::to_string(variant) + ": " + train[0], wopt);
   std::vector<std::pair<std::string, int64_t>> counts;

@@ -54,6 +54,28 @@ StoreWriterOptions writer_options(const po::variables_map& vm) {
   return o;
 }
 
+std::string output_path(const po::variables_map& vm, const std::vector<std::string>& inputs) {
+  namespace fs = std::filesystem;
+  const std::string out = vm["out"].as<std::string>();
+  if (out.empty()) throw UsageError("--out is empty: name the store to write, e.g. --out data.h5");
+  std::error_code ec;
+  if (fs::is_directory(out, ec))
+    throw UsageError("--out " + out +
+                     " is an existing directory: name the store file in it, e.g. " +
+                     (fs::path(out) / "store.h5").string());
+  // Only a path that exists can be an input; one stat per input then (a folder's images too).
+  for (const std::string& target : {out, out + ".tmp"}) {
+    if (!fs::exists(target, ec)) continue;
+    for (const std::string& in : inputs) {
+      if (!fs::equivalent(target, in, ec)) continue;  // false, with ec set, for a missing input
+      throw UsageError("--out " + out +
+                       (target == out ? "" : " (its temporary " + target + ", written first)") +
+                       " is the input " + in + ": write the store to another path");
+    }
+  }
+  return out;
+}
+
 std::vector<uint8_t> read_file(const std::string& path) {
   std::error_code ec;
   DDPV_CHECK(std::filesystem::is_regular_file(path, ec), path, ": no such file");

@@ -33,6 +33,10 @@ bool parse_args(const std::string& command, const std::string& synopsis,
 // --out, --chunk-images, --compress, --checksum.
 void add_writer_options(po::options_description& options);
 StoreWriterOptions writer_options(const po::variables_map& vm);
+// --out, checked: not empty, not an existing directory, and neither OUT nor OUT.tmp one of
+// `inputs` (compared by file identity, so another spelling, a hard link or a symlink of an input
+// counts). Throws UsageError naming it.
+std::string output_path(const po::variables_map& vm, const std::vector<std::string>& inputs);
 
 // The whole file, gunzipped when it is gzip (zlib reads raw files unchanged). A truncated or
 // corrupt gzip stream is an error naming the file, as is a missing file.

@@ -56,6 +56,84 @@ struct Settings {
   bool strict;
 };
 
+// Files left out of the store, by reason, for the summary line.
+class Skipped {
+ public:
+  explicit Skipped(bool strict) : strict_(strict) {}
+  // Warns and counts, or with --strict throws naming the path.
+  void add(const std::string& path, const std::string& why, const std::string& reason) {
+    DDPV_CHECK(!strict_, path, ": ", why, " (without --strict it would be skipped)");
+    DDPV_WARN("skipping ", path, ": ", why);
+    auto it = std::find_if(counts_.begin(), counts_.end(),
+                           [&](const auto& c) { return c.first == reason; });
+    if (it == counts_.end()) it = counts_.insert(it, {reason, 0});
+    ++it->second;
+  }
+  // "3 files: 2 corrupt or unreadable images, 1 dangling symlink"; empty when none.
+  std::string summary() const {
+    int64_t total = 0;
+    std::string parts;
+    for (const auto& [r, n] : counts_) {
+      total += n;
+      parts += (parts.empty() ? "" : ", ") + std::to_string(n) + " " + r + (n == 1 ? "" : "s");
+    }
+    if (total == 0) return "";
+    return std::to_string(total) + (total == 1 ? " file: " : " files: ") + parts;
+  }
+
+ private:
+  bool strict_;
+  std::vector<std::pair<std::string, int64_t>> counts_;  // in the order first seen
+};
+
+// What a directory entry is once its links are followed. A symlink loop or a dangling symlink
+// is reported as such (Skipped), not thrown as a std::filesystem error.
+enum class Kind { kFile, kDirectory, kOther, kLoop, kDangling, kUnreadable };
+Kind kind_of(const fs::directory_entry& e, std::string* why) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(e.path(), ec);
+  if (ec == std::errc::too_many_symbolic_link_levels) {
+    *why = "symlink loop";
+    return Kind::kLoop;
+  }
+  if (st.type() == fs::file_type::not_found && fs::is_symlink(e.path(), ec)) {
+    *why = "dangling symlink (its target does not exist)";
+    return Kind::kDangling;
+  }
+  if (ec || st.type() == fs::file_type::not_found) {  // e.g. removed since it was listed
+    *why = "cannot stat: " + (ec ? ec.message() : std::string("no such file"));
+    return Kind::kUnreadable;
+  }
+  if (fs::is_regular_file(st)) return Kind::kFile;
+  if (fs::is_directory(st)) return Kind::kDirectory;
+  *why = "not a regular file";
+  return Kind::kOther;
+}
+
+const char* reason_of(Kind k) {
+  switch (k) {
+    case Kind::kLoop:
+      return "symlink loop";
+    case Kind::kDangling:
+      return "dangling symlink";
+    case Kind::kUnreadable:
+      return "unreadable path";
+    default:
+      return "non-regular file";
+  }
+}
+
+// The entries of `dir`, sorted; a directory that cannot be listed is an error naming it.
+std::vector<fs::directory_entry> list_dir(const fs::path& dir) {
+  std::error_code ec;
+  std::vector<fs::directory_entry> entries;
+  fs::directory_iterator it(dir, ec);
+  for (; !ec && it != fs::directory_iterator(); it.increment(ec)) entries.push_back(*it);
+  DDPV_CHECK(!ec, dir.string(), ": cannot list the folder: ", ec.message());
+  std::sort(entries.begin(), entries.end());
+  return entries;
+}
+
 // Decodes and resizes the items of one block on `threads` threads; fills ok/errors per item.
 void decode_block(const std::vector<Item>& items, size_t begin, size_t end, const Settings& s,
                   std::vector<uint8_t>& pixels, std::vector<std::string>& errors) {
@@ -85,7 +163,7 @@ void decode_block(const std::vector<Item>& items, size_t begin, size_t end, cons
 }
 
 int64_t write_split(StoreWriter& writer, const std::string& name, const std::vector<Item>& items,
-                    const Settings& s, Progress& progress, int64_t& done, int64_t& skipped) {
+                    const Settings& s, Progress& progress, int64_t& done, Skipped& skipped) {
   writer.begin_split(name);
   const size_t block = static_cast<size_t>(64 * s.threads);
   const size_t image_bytes = static_cast<size_t>(s.height) * s.width * s.channels;
@@ -100,10 +178,7 @@ int64_t write_split(StoreWriter& writer, const std::string& name, const std::vec
     for (size_t i = begin; i < end; ++i) {
       const std::string& error = errors[i - begin];
       if (!error.empty()) {
-        DDPV_CHECK(!s.strict, items[i].path, ": ", error,
-                   " (without --strict it would be skipped)");
-        DDPV_WARN("skipping ", items[i].path, ": ", error);
-        ++skipped;
+        skipped.add(items[i].path, error, "corrupt or unreadable image");
         continue;
       }
       kept.insert(kept.end(), pixels.begin() + (i - begin) * image_bytes,
@@ -156,10 +231,18 @@ int run_folder(const Args& args) {
   const fs::path root = vm["root"].as<std::string>();
   std::error_code ec;
   DDPV_CHECK(fs::is_directory(root, ec), root.string(), ": not a directory");
+  // Classes are the subfolders; a broken link among them is skipped like a bad image, as it
+  // may have been meant as a class. Files beside the class folders are ignored.
+  Skipped skipped(s.strict);
+  std::string why;
   std::vector<fs::path> class_dirs;
-  for (const auto& e : fs::directory_iterator(root))
-    if (e.is_directory()) class_dirs.push_back(e.path());
-  std::sort(class_dirs.begin(), class_dirs.end());
+  for (const auto& e : list_dir(root)) {
+    const Kind k = kind_of(e, &why);
+    if (k == Kind::kDirectory)
+      class_dirs.push_back(e.path());
+    else if (k == Kind::kLoop || k == Kind::kDangling || k == Kind::kUnreadable)
+      skipped.add(e.path().string(), why, reason_of(k));
+  }
   DDPV_CHECK(!class_dirs.empty(), root.string(),
              ": no class subfolders (expected root/<class>/<image>)");
 
@@ -168,8 +251,14 @@ int run_folder(const Args& args) {
   const uint64_t seed = vm["seed"].as<uint64_t>();
   for (size_t c = 0; c < class_dirs.size(); ++c) {
     std::vector<std::string> files;
-    for (const auto& e : fs::directory_iterator(class_dirs[c]))
-      if (e.is_regular_file() && is_image_name(e.path())) files.push_back(e.path().string());
+    for (const auto& e : list_dir(class_dirs[c])) {
+      if (!is_image_name(e.path())) continue;  // a README, a .txt of labels: not ours
+      const Kind k = kind_of(e, &why);
+      if (k == Kind::kFile)
+        files.push_back(e.path().string());
+      else
+        skipped.add(e.path().string(), why, reason_of(k));
+    }
     DDPV_CHECK(!files.empty(), class_dirs[c].string(),
                ": empty class folder (no .jpg, .jpeg or .png files); remove it or add images");
     std::sort(files.begin(), files.end());
@@ -188,9 +277,12 @@ int run_folder(const Args& args) {
   DDPV_CHECK(!train.empty(), root.string(), ": --val-fraction ", val_fraction,
              " leaves no train images");
 
-  const std::string out = vm["out"].as<std::string>();
+  std::vector<std::string> inputs;
+  for (const auto* list : {&train, &val})
+    for (const Item& item : *list) inputs.push_back(item.path);
+  const std::string out = output_path(vm, inputs);
   StoreWriter writer(out, height, width, s.channels, names, "folder: " + root.string(), wopt);
-  int64_t done = 0, skipped = 0;
+  int64_t done = 0;
   std::vector<std::pair<std::string, int64_t>> counts;
   {
     Progress progress("decoding", static_cast<int64_t>(train.size() + val.size()));
@@ -200,11 +292,10 @@ int run_folder(const Args& args) {
   }
   writer.commit();
   print_summary(out, counts, height, width, s.channels, names.size(), start);
-  if (skipped > 0)
-    std::printf(
-        "ddpv-convert: skipped %lld corrupt or unreadable images (see the warnings; "
-        "--strict makes them fatal)\n",
-        static_cast<long long>(skipped));
+  const std::string skips = skipped.summary();
+  if (!skips.empty())
+    std::printf("ddpv-convert: skipped %s (see the warnings; --strict makes them fatal)\n",
+                skips.c_str());
   return 0;
 }
 

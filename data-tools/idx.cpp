@@ -80,10 +80,11 @@ void write_split(StoreWriter& writer, const std::string& name, const Pair& p, Pr
     const int64_t m = std::min(kBlock, n - begin);
     for (int64_t i = 0; i < m; ++i) labels[static_cast<size_t>(i)] = p.labels.data()[begin + i];
     try {
-      writer.append(p.images.data() + begin * image, labels.data(), m);
+      writer.check_labels(labels.data(), m);
     } catch (const ddpv::Error& e) {  // name the labels file: it holds the bad label
       DDPV_FAIL(p.labels_path, ": ", e.message());
     }
+    writer.append(p.images.data() + begin * image, labels.data(), m);
     progress.update(done += m);
   }
 }
@@ -112,6 +113,11 @@ int run_idx(const Args& args) {
   if (vm.count("preset") && vm.count("class-names"))
     throw UsageError("give --preset or --class-names, not both");
   const StoreWriterOptions wopt = writer_options(vm);
+  std::vector<std::string> inputs;
+  for (const char* o :
+       {"train-images", "train-labels", "test-images", "test-labels", "class-names"})
+    if (vm.count(o)) inputs.push_back(vm[o].as<std::string>());
+  const std::string out = output_path(vm, inputs);
   const auto start = std::chrono::steady_clock::now();
 
   std::vector<std::pair<std::string, Pair>> splits;
@@ -144,7 +150,6 @@ int run_idx(const Args& args) {
     for (int c = 0; c <= max_label; ++c) names.push_back(std::to_string(c));
   }
 
-  const std::string out = vm["out"].as<std::string>();
   StoreWriter writer(out, static_cast<int>(h), static_cast<int>(w), 1, names,
                      "idx: " + vm["train-images"].as<std::string>(), wopt);
   int64_t total = 0, done = 0;

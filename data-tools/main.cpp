@@ -1,4 +1,5 @@
 // ddpv-convert: subcommand dispatch and the one place that turns errors into exit codes.
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 
@@ -31,6 +32,10 @@ int main(int argc, char** argv) {
     std::cout << kUsage;
     return 0;
   }
+  // Under `ulimit -f` (RLIMIT_FSIZE, set by some batch systems) a write past the limit raises
+  // SIGXFSZ, which kills with a core dump; ignored, the write fails with EFBIG and is reported
+  // as one line, like a full disk.
+  std::signal(SIGXFSZ, SIG_IGN);
   const Args args(argv + 2, argv + argc);
   try {
     if (command == "idx") return run_idx(args);

@@ -1,6 +1,7 @@
 // HDF5 helpers: error-stack capture, files, groups and datasets (attributes in h5_attr.cpp).
 #include "data/h5.hpp"
 
+#include <algorithm>
 #include <filesystem>
 
 namespace ddpv::h5 {
@@ -12,10 +13,29 @@ struct StackText {
   int count = 0;
 };
 
+// One line of a stack entry. The POSIX drivers describe a failed read or write over two lines
+// with the buffer address, sizes and offsets ("file write failed: time = ...\n, filename = ...,
+// errno = 28, error message = 'No space left on device', buf = ..."); only the first words and
+// the system's message are kept.
+std::string describe(const char* desc) {
+  std::string d = desc ? desc : "";
+  const std::string key = "error message = '";
+  const size_t m = d.find(key);
+  if (m != std::string::npos) {
+    const size_t end = d.find('\'', m + key.size());
+    const std::string what = d.substr(0, std::min(d.find(':'), d.find(',')));
+    d = what + ": " +
+        d.substr(m + key.size(), end == std::string::npos ? end : end - m - key.size());
+  }
+  for (char& c : d)
+    if (c == '\n' || c == '\r') c = ' ';
+  return d;
+}
+
 herr_t walk_cb(unsigned n, const H5E_error2_t* err, void* data) {
   auto* text = static_cast<StackText*>(data);
   std::string line =
-      std::string(err->func_name ? err->func_name : "?") + ": " + (err->desc ? err->desc : "");
+      std::string(err->func_name ? err->func_name : "?") + ": " + describe(err->desc);
   if (n == 0) text->first = line;
   text->last = line;
   ++text->count;
@@ -259,6 +279,9 @@ std::vector<T> read_whole(hid_t loc, const std::string& name, hid_t mem_type, co
                           std::vector<int64_t>* dims) {
   Handle ds = open_dataset(loc, name);
   std::vector<int64_t> d = dataset_dims(ds.get());
+  // Note [Claimed rows]: the dims are checked against the file before `out` is allocated.
+  check_claim(ds.get(), "dataset '" + name + "'", d, type_info(dataset_type(ds.get()).get()).size,
+              true, "write it again");
   int64_t n = 1;
   for (int64_t x : d) n *= x;
   std::vector<T> out(static_cast<size_t>(n));

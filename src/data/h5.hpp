@@ -59,11 +59,31 @@ class Handle {
   }
   // Closes now and reports failure (a file close is where buffered writes hit the disk).
   void close(const std::string& what);
+  // Gives up ownership: the id, for a caller that closes it itself.
+  hid_t release() noexcept { return std::exchange(id_, -1); }
 
  private:
   hid_t id_ = -1;
   Closer close_ = nullptr;
 };
+
+// Note [Abandoning a file]: HDF5 1.10 does not survive a failed close. When H5Fclose's flush
+// fails (a full disk, a quota), H5F__dest frees the file but leaves its id registered, and the
+// library's atexit handler later closes that freed file: a segfault after the error message
+// (found with gdb: H5_term_library -> H5F__close_cb; fixed upstream in 2023, HDFGroup/hdf5
+// PR 2291). A failed H5Dclose leaves its id behind the same way, and a failed H5Fflush leaves
+// the metadata cache unable to flush again ("slist already enabled?"). So a writer
+//   - writes its chunks without a chunk cache, so a full disk fails in H5Dwrite (which HDF5
+//     survives) and a dataset's close has nothing to write;
+//   - calls reserve_for_flush() before its last H5Fflush: the disk blocks of the whole file are
+//     allocated (fallocate), so a full disk or a quota fails there, recoverably;
+//   - gives a file up with discard_writes() first: the sec2 driver's descriptor is pointed at an
+//     anonymous memory file (memfd), so the flushes of the closes that follow succeed and go
+//     nowhere; then it closes every dataset, group and the file, and removes the file by name.
+// A memory file has the same size limit as any (RLIMIT_FSIZE, `ulimit -f`): under one, a writer
+// stops before a write would pass it (StoreWriter's check_size_limit).
+void reserve_for_flush(hid_t file, const std::string& path);
+void discard_writes(hid_t file) noexcept;
 
 // ---- files and groups ----------------------------------------------------------------------
 bool is_hdf5(const std::string& path);  // false for a missing or non-HDF5 file, never throws
@@ -83,6 +103,19 @@ Handle open_dataset(hid_t loc, const std::string& name, size_t cache_bytes);
 Handle dataset_space(hid_t dataset);
 Handle dataset_type(hid_t dataset);
 std::vector<int64_t> dataset_dims(hid_t dataset);
+
+// Note [Claimed rows]: a dataset's dims are only a claim. A corrupt or hostile file may declare
+// 2^40 rows (a chunked dataset extended but never written costs a few bytes), and a reader
+// allocates from them. check_claim() throws "<what> claims N rows (dims, bytes) but ..." unless
+//   - the dims' byte count fits in int64 (no overflow, no dim >= 2^63);
+//   - a contiguous or compact dataset stores all of those bytes;
+//   - unfiltered data is no larger than the file (compressed data legitimately is);
+//   - a chunked dataset has every chunk its dims need (every_chunk: H5Dget_num_chunks walks
+//     the chunk index), or else the chunk of its last row (one index lookup);
+//   - it is not a virtual dataset (data in other files: none of this can be checked).
+// `remedy` ends the message ("convert the data again").
+void check_claim(hid_t dataset, const std::string& what, const std::vector<int64_t>& dims,
+                 uint64_t element_bytes, bool every_chunk, const std::string& remedy);
 
 // What a stored type is, in terms a validator can put in a message ("int32", "float64").
 struct TypeInfo {

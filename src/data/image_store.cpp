@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "data/h5.hpp"
+#include "data/host_memory.hpp"
 
 namespace ddpv {
 
@@ -16,6 +17,12 @@ namespace ddpv {
 // union of all runs, but HDF5 1.10 maps an irregular (union) selection onto chunks element by
 // element: on Fashion-MNIST, 128 random rows took 9.5 ms as one union read and 0.5 ms as 128
 // regular reads (see docs/performance.md). A contiguous range is one run: read_range is one call.
+
+// A split's dims are only a claim (Note [Claimed rows] in h5.hpp): before the labels are
+// allocated (4 bytes per row, and the sampler's orders and the loader's cache follow from N),
+// both datasets are checked against what the file holds. The labels, read whole here anyway,
+// must have every chunk; the images the chunk of their last row (one index lookup: walking the
+// index of millions of image chunks on every rank at start-up would not be free).
 
 namespace {
 
@@ -48,6 +55,8 @@ struct ImageStore::Impl {
   void read_attributes();
   void open_split(const std::string& name);
 };
+
+constexpr const char* kRemedy = "convert the data again";
 
 // Wraps any error of the validation in "<path>: " so the one line names the file.
 #define STORE_CHECK(cond, ...) DDPV_CHECK(cond, path, ": ", __VA_ARGS__)
@@ -110,6 +119,7 @@ void ImageStore::Impl::open_split(const std::string& name) {
   STORE_CHECK(dims[1] == height && dims[2] == width && dims[3] == channels, "/", images_path,
               " holds images of ", dims[1], "x", dims[2], "x", dims[3], " but the attributes say ",
               height, "x", width, "x", channels);
+  h5::check_claim(s.images.get(), path + ": /" + images_path, dims, 1, false, kRemedy);
   s.size = dims[0];
 
   h5::Handle labels = h5::open_dataset(file.get(), labels_path);
@@ -118,8 +128,13 @@ void ImageStore::Impl::open_split(const std::string& name) {
   STORE_CHECK(lt.cls == H5T_INTEGER && lt.size == 4 && lt.is_signed, "/", labels_path, " is ",
               lt.str(), ", expected int32");
   STORE_CHECK(ldims.size() == 1, "/", labels_path, " has rank ", ldims.size(), ", expected 1");
+  h5::check_claim(labels.get(), path + ": /" + labels_path, ldims, 4, true, kRemedy);
   STORE_CHECK(ldims[0] == s.size, "split '", name, "' has ", s.size, " images but ", ldims[0],
               " labels");
+  const uint64_t label_bytes = 4 * static_cast<uint64_t>(s.size), memory = host_memory_bytes();
+  STORE_CHECK(label_bytes <= memory, "split '", name, "' has ", s.size,
+              " images, whose labels alone need ", gib_text(static_cast<double>(label_bytes)),
+              ", more than the ", gib_text(static_cast<double>(memory)), " of this node");
   s.labels.resize(static_cast<size_t>(s.size));
   if (s.size > 0)
     DDPV_HDF5_CHECK(

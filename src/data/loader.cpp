@@ -2,6 +2,7 @@
 #include "ddpv/data/loader.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -10,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "data/host_memory.hpp"
 #include "ddpv/core/log.hpp"
 
 namespace ddpv {
@@ -52,8 +54,8 @@ struct Loader::State {
   std::optional<Request> pending;
   std::optional<SplitQueue> splits;  // with balanced only
   int64_t consumed = 0;              // batches next() has returned
-  uint64_t generation = 0;  // bumped by every start_epoch; stale work is dropped
-  bool active = false;      // an epoch was started and its end marker not yet consumed
+  uint64_t generation = 0;           // bumped by every start_epoch; stale work is dropped
+  bool active = false;               // an epoch was started and its end marker not yet consumed
   bool stop = false;
   std::exception_ptr error;
   std::thread worker;
@@ -61,8 +63,20 @@ struct Loader::State {
   State(const ImageStore& s, LoaderOptions o)
       : store(&s),
         opt(std::move(o)),
-        sampler(s.split_size(opt.split), opt.world_size, opt.rank, opt.shuffle, opt.seed,
+        sampler(nonempty_size(s, opt), opt.world_size, opt.rank, opt.shuffle, opt.seed,
                 opt.drop_last) {}
+
+  // The split's size, named in an error when it has no image (before the sampler says so
+  // without naming the store).
+  static int64_t nonempty_size(const ImageStore& s, const LoaderOptions& o) {
+    const int64_t n = s.split_size(o.split);
+    DDPV_CHECK(n > 0, "store ", s.path(), ": split '", o.split, "' is empty: ",
+               o.unpadded ? "nothing to evaluate (name another with --val-split, or give "
+                            "--val-split none)"
+                          : "nothing to train on (name another with --train-split, or convert "
+                            "the data again)");
+    return n;
+  }
 
   void release(int slot) {
     {
@@ -174,6 +188,8 @@ Loader::Loader(const ImageStore& store, LoaderOptions options)
   DDPV_CHECK(o.batch_size > 0, "batch size must be positive, got ", o.batch_size);
   DDPV_CHECK(o.prefetch >= 1, "prefetch must be at least 1, got ", o.prefetch);
   DDPV_CHECK(o.augment_options.pad >= 0, "crop padding must be non-negative");
+  DDPV_CHECK(std::isfinite(o.cache_mb) && o.cache_mb >= 0,
+             "cache size must be a finite number of MiB >= 0, got ", o.cache_mb);
   s.height = store.height();
   s.width = store.width();
   s.channels = store.channels();
@@ -202,6 +218,15 @@ Loader::Loader(const ImageStore& store, LoaderOptions options)
     s.splits.emplace(first, num_slots);
     slot_batch = split_capacity(first, o.world_size, o.batch_size);
   }
+  // The pool's size comes from the store's image size (up to 65536 x 65536 x 3) and the batch
+  // size: checked, so that an absurd one fails with a line instead of std::bad_alloc.
+  const double pool_bytes = static_cast<double>(num_slots) * static_cast<double>(slot_batch) *
+                            static_cast<double>(s.image_bytes) * sizeof(float);
+  DDPV_CHECK(pool_bytes <= static_cast<double>(host_memory_bytes()), "store ", store.path(), ": ",
+             num_slots, " batches of ", slot_batch, " images of ", s.height, "x", s.width, "x",
+             s.channels, " need ", gib_text(pool_bytes), ", more than the ",
+             gib_text(static_cast<double>(host_memory_bytes())),
+             " of this node: use a smaller --batch-size or smaller images");
   for (int i = 0; i < num_slots; ++i) {
     s.slots.push_back(
         Slot{Tensor::empty(Shape{slot_batch, s.height, s.width, s.channels}, DType::kF32, alloc),

@@ -1,12 +1,14 @@
 // Option checks and the config-file rendering of TrainOptions.
+#include "ddpv/train/options.hpp"
+
 #include <sched.h>
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 #include <thread>
 
 #include "ddpv/nn/model.hpp"
-#include "ddpv/train/options.hpp"
 #include "ddpv/train/schedule.hpp"
 
 namespace ddpv {
@@ -20,6 +22,15 @@ bool one_of(const std::string& v, std::initializer_list<const char*> allowed) {
   for (const char* a : allowed)
     if (v == a) return true;
   return false;
+}
+
+// The CPUs this process may run on: its affinity mask (the cores a launcher bound it to, the
+// whole node when unbound), or the node's count where the mask cannot be read.
+int usable_cpus() {
+  cpu_set_t set;
+  int cpus = 0;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) cpus = CPU_COUNT(&set);
+  return cpus > 0 ? cpus : static_cast<int>(std::thread::hardware_concurrency());
 }
 
 }  // namespace
@@ -39,6 +50,18 @@ void validate_options(const TrainOptions& o, bool cuda_device) {
           "--precision " + o.precision + " runs on CUDA devices only; use --precision fp32 on CPU");
   require(one_of(o.reduce_dtype, {"fp32", "bf16"}), "--reduce-dtype must be fp32 or bf16");
   require(o.precision != "fp16", "--precision fp16 is not implemented: use bf16 (or fp32)");
+  // Boost reads "inf" and "nan" as numbers; none of these options has a use for them.
+  for (const auto& [name, v] : {std::pair{"--lr", o.lr},
+                                {"--momentum", o.momentum},
+                                {"--weight-decay", o.weight_decay},
+                                {"--warmup-epochs", o.warmup_epochs},
+                                {"--bucket-mb", o.bucket_mb},
+                                {"--comm-timeout", o.comm_timeout},
+                                {"--cache-mb", o.cache_mb}}) {
+    std::ostringstream got;
+    got << v;
+    require(std::isfinite(v), std::string(name) + " must be a finite number, got " + got.str());
+  }
   require(o.epochs >= 1, "--epochs must be at least 1");
   require(o.max_steps >= 0, "--max-steps must be >= 0 (0: no limit)");
   require(o.run_steps >= 0, "--run-steps must be >= 0 (0: no limit)");
@@ -67,6 +90,12 @@ void validate_options(const TrainOptions& o, bool cuda_device) {
           "drop --balance or --deterministic");
   require(o.comm_timeout >= 0, "--comm-timeout must be >= 0 (seconds; 0: no watchdog)");
   require(o.threads >= 0, "--threads must be >= 0 (0: the node's cores shared among its ranks)");
+  const int cpus = usable_cpus();
+  require(o.threads <= cpus,
+          "--threads " + std::to_string(o.threads) + " is more than the " + std::to_string(cpus) +
+              " CPUs this rank may run on (its affinity mask: the cores the launcher bound it "
+              "to, or the whole node when unbound); give at most " +
+              std::to_string(cpus) + ", or 0 for this rank's share of them");
   require(o.checkpoint_every >= 0, "--checkpoint-every must be >= 0 (0: only at the end)");
   require(o.keep_checkpoints >= 0, "--keep-checkpoints must be >= 0 (0: keep all)");
   require(o.resume != "auto" || !o.checkpoint_dir.empty(),
@@ -102,10 +131,7 @@ std::vector<int64_t> parse_batch_split(const std::string& text) {
 }
 
 int auto_threads(int ranks_on_node) {
-  cpu_set_t set;
-  int cpus = 0;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) cpus = CPU_COUNT(&set);
-  if (cpus <= 0) cpus = static_cast<int>(std::thread::hardware_concurrency());
+  const int cpus = usable_cpus();
   // Ranks bound to their own cores see only those; unbound ranks see the whole node.
   const bool bound = cpus < static_cast<int>(std::thread::hardware_concurrency());
   return std::max(1, bound ? cpus : cpus / std::max(ranks_on_node, 1));

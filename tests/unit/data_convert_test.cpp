@@ -313,7 +313,7 @@ TEST(DataConvert, CorruptOversizedImagesAreSkippedOrFatalAndEmptyClassesRejected
   const std::string base = "folder --root " + root + " --size 8 --val-fraction 0 ";
   const Result r = run(dir, base + "--out " + dir.file("ok.h5"));
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.out.find("skipped 2 corrupt"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("skipped 2 files: 2 corrupt or unreadable images"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("broken.jpg"), std::string::npos) << r.err;
   EXPECT_EQ(ImageStore(dir.file("ok.h5")).split_size("train"), 6);
   expect_failure(dir, base + "--strict", 1, "broken.jpg: corrupt JPEG");

@@ -1,7 +1,9 @@
 // ImageStore and StoreWriter: round trips, statistics, atomic writes, foreign files, bad stores.
 #include <hdf5.h>
+#include <sys/resource.h>
 
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <random>
 
@@ -137,6 +139,48 @@ TEST(DataStore, FailedWriteLeavesNothingBehind) {
   }
   EXPECT_FALSE(std::filesystem::exists(path));
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+}
+
+// Under a file-size limit (ulimit -f) the writer stops before a write would pass it: one line
+// naming the temporary, no file left, no HDF5 object left open (one left open is closed by
+// HDF5's exit handler after its file was freed: a segfault at exit, Note [Abandoning a file]),
+// the previous store as it was. A full disk, which needs a small file system to try, is covered
+// by tests/e2e/convert_failures_test.sh.
+TEST(DataStore, AFileSizeLimitStopsTheWriterCleanly) {
+  test::TempDir dir;
+  const std::string path = dir.file("s.h5");
+  const Data old = random_data(10, 3, 7), train = random_data(4000, 3, 1);  // 240 KB of images
+  write_store(path, old, old, 3);
+  const std::vector<int32_t> old_labels = ImageStore(path).labels("train");
+  const auto previous_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &saved), 0);
+  auto write_under = [&](rlim_t limit) {
+    rlimit low = saved;
+    low.rlim_cur = limit;
+    EXPECT_EQ(setrlimit(RLIMIT_FSIZE, &low), 0);
+    std::string message;
+    try {
+      write_store(path, train, old, 3, {.chunk_images = 64});
+    } catch (const Error& e) {
+      message = e.message();
+    }
+    EXPECT_EQ(setrlimit(RLIMIT_FSIZE, &saved), 0);
+    return message;
+  };
+  for (rlim_t limit : {rlim_t{4096}, rlim_t{200000}, rlim_t{1100000}}) {
+    const std::string message = write_under(limit);
+    EXPECT_EQ(message.rfind(path + ".tmp: ", 0), 0u) << message;
+    EXPECT_NE(message.find("file-size limit of " + std::to_string(limit) + " bytes (ulimit -f)"),
+              std::string::npos)
+        << message;
+    EXPECT_EQ(H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL), 0) << "after: " << message;
+    EXPECT_FALSE(std::filesystem::exists(path + ".tmp")) << limit;
+    EXPECT_EQ(ImageStore(path).labels("train"), old_labels) << limit;
+  }
+  EXPECT_EQ(write_under(2 << 20), "");  // 240 KB fit under 2 MiB, metadata margin included
+  EXPECT_EQ(ImageStore(path).labels("train"), train.labels);
+  std::signal(SIGXFSZ, previous_handler);
 }
 
 // A store made with the HDF5 C API alone, as another tool would: int32 attributes, fixed-length

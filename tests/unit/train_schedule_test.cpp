@@ -1,5 +1,8 @@
 // Learning-rate schedules against their closed forms, and option validation.
+#include <sched.h>
+
 #include <cmath>
+#include <limits>
 
 #include "ddpv/train/options.hpp"
 #include "ddpv/train/schedule.hpp"
@@ -68,6 +71,49 @@ TEST(Options, ValidationNamesTheOption) {
   TrainOptions f = o;
   f.lr_schedule = "linear";
   EXPECT_NE(message(f).find("--lr-schedule"), std::string::npos);
+}
+
+// inf and nan parse as numbers; no double option accepts them, whatever its range check.
+TEST(Options, NonFiniteNumbersAndMoreThreadsThanTheAffinityMaskAreRefused) {
+  TrainOptions o;
+  o.synthetic = true;
+  auto message = [](const TrainOptions& bad) {
+    try {
+      validate_options(bad, false);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (double TrainOptions::*field :
+       {&TrainOptions::lr, &TrainOptions::momentum, &TrainOptions::weight_decay,
+        &TrainOptions::warmup_epochs, &TrainOptions::bucket_mb, &TrainOptions::comm_timeout,
+        &TrainOptions::cache_mb}) {
+    for (double v : {inf, nan, -inf}) {
+      TrainOptions bad = o;
+      bad.*field = v;
+      EXPECT_NE(message(bad).find("must be a finite number"), std::string::npos) << message(bad);
+    }
+  }
+  TrainOptions lr = o;
+  lr.lr = inf;
+  EXPECT_EQ(message(lr), "--lr must be a finite number, got inf");
+
+  cpu_set_t set;
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  const int cpus = CPU_COUNT(&set);
+  TrainOptions t = o;
+  t.threads = cpus;
+  EXPECT_NO_THROW(validate_options(t, false));
+  t.threads = cpus + 1;
+  const std::string m = message(t);
+  EXPECT_NE(m.find("--threads " + std::to_string(cpus + 1) + " is more than the " +
+                   std::to_string(cpus) + " CPUs this rank may run on"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("affinity mask"), std::string::npos) << m;
 }
 
 // The config rendering stored in checkpoints uses the command line's keys.

@@ -20,7 +20,9 @@ int parse_compression(const std::string& spec);
 // Note [Atomic store]: everything is written to "<out>.tmp", which is closed (flushing HDF5's
 // buffers) and renamed to <out> only by commit(). A writer destroyed before commit() -- an
 // exception anywhere in a converter -- deletes the temporary, so a failed conversion leaves
-// neither <out> nor <out>.tmp, and a previous <out> is untouched.
+// neither <out> nor <out>.tmp, and a previous <out> is untouched. That holds for a failed write
+// too (a full disk): the destructor closes the half-written file without flushing it
+// (Note [Abandoning a file] in src/data/h5.hpp).
 class StoreWriter {
  public:
   StoreWriter(const std::string& out_path, int height, int width, int channels,
@@ -34,6 +36,9 @@ class StoreWriter {
   void begin_split(const std::string& name);
   // Appends n images (n, H, W, C) and their labels; each label must lie in [0, num_classes).
   void append(const uint8_t* images, const int32_t* labels, int64_t n);
+  // The label check of append() alone, so a converter can name the input that holds a bad label
+  // without blaming that input for a write error.
+  void check_labels(const int32_t* labels, int64_t n) const;
   int64_t split_count() const;  // images appended to the current split
 
   // Writes the attributes, with mean/std over the "train" split (required), closes and renames.
