@@ -107,6 +107,7 @@ expect 2 "the run would change: --accum-steps 1 -> 2" -- \
 expect 2 "the run would change: --lr 0.05 -> 0.1" -- "${RAW[@]}" --checkpoint-dir "$d" --resume auto --epochs 3 --batch-size 16 --lr 0.1
 expect 2 "schedule length 24 -> 32 steps" -- "${RAW[@]}" --checkpoint-dir "$d" --resume auto --batch-size 16 --lr 0.05 --epochs 4
 [ "$(cat "$d/latest")" = "$E3" ] || fail "a refused resume wrote a checkpoint"
+expect 2 "--resume-changed needs --resume" -- "${TRAIN[@]}" --checkpoint-dir "$d" --resume-changed
 expect 0 "--resume-changed: continuing $d/$E3 with --lr 0.05 -> 0.1" -- \
   "${RAW[@]}" --checkpoint-dir "$d" --resume auto --epochs 3 --batch-size 16 --lr 0.1 --resume-changed
 expect 0 "global batch 32 -> 64" -- \
