@@ -10,7 +10,7 @@
 # mpirun both pass USR1 on to every rank); ddpv-train finishes the step it is in, writes a
 # checkpoint and exits 0. The shell then calls `scontrol requeue`, which puts the same job id
 # back in the queue (the script needs `#SBATCH --requeue`). When it starts again it finds
-# <checkpoint dir>/latest and passes `--resume auto`. SIGTERM (scancel, or the time limit
+# <checkpoint dir>/latest (or a checkpoint file) and passes `--resume auto`. SIGTERM (scancel, or the time limit
 # without a warning) reaches the ranks directly from Slurm; they checkpoint too, and the shell
 # just waits for them and does not requeue: a cancelled job stays cancelled.
 
@@ -56,9 +56,17 @@ ddpv_train_args() {
     DDPV_TRAIN_ARGS+=(--checkpoint-dir "$DDPV_CHECKPOINT_DIR")
   fi
   mkdir -p "$DDPV_CHECKPOINT_DIR"
-  if ! ddpv_has_opt resume "$@" && [ -e "$DDPV_CHECKPOINT_DIR/latest" ]; then
-    ddpv_log "resuming from $DDPV_CHECKPOINT_DIR/latest${SLURM_RESTART_COUNT:+ (restart $SLURM_RESTART_COUNT)}"
-    DDPV_TRAIN_ARGS+=(--resume auto)
+  # A checkpoint without `latest` counts too (its write may have hit a full disk): --resume
+  # auto then takes the newest checkpoint that verifies.
+  if ! ddpv_has_opt resume "$@"; then
+    local restart=${SLURM_RESTART_COUNT:+ (restart $SLURM_RESTART_COUNT)}
+    if [ -e "$DDPV_CHECKPOINT_DIR/latest" ]; then
+      ddpv_log "resuming from $DDPV_CHECKPOINT_DIR/latest$restart"
+      DDPV_TRAIN_ARGS+=(--resume auto)
+    elif compgen -G "$DDPV_CHECKPOINT_DIR/ckpt-e*-s*.h5" >/dev/null; then
+      ddpv_log "resuming from the newest checkpoint in $DDPV_CHECKPOINT_DIR (it has no latest)$restart"
+      DDPV_TRAIN_ARGS+=(--resume auto)
+    fi
   fi
 }
 

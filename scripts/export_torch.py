@@ -80,9 +80,11 @@ def load_checkpoint(path):
                 for k in ("format_version", "height", "width", "channels", "num_classes",
                           "epoch", "step")}
         meta["model"] = read_str(f.attrs, "model", path)
-        if meta["format_version"] != 1:
+        # Version 2 adds a checksummed header in the HDF5 user block, which h5py skips, and
+        # attributes this script does not need: the datasets read the same.
+        if meta["format_version"] not in (1, 2):
             raise UserError(f"{path}: format_version {meta['format_version']} is not supported "
-                            "by this script (it reads 1)")
+                            "by this script (it reads 1 and 2)")
         hwc = (meta["height"], meta["width"], meta["channels"])
         try:
             model = make_model(meta["model"], hwc, meta["num_classes"])

@@ -77,7 +77,8 @@ po::options_description describe(TrainOptions& o) {
     ("checkpoint-dir", po::value(&o.checkpoint_dir), "directory of checkpoints (and `latest`)")
     ("checkpoint-every", po::value(&o.checkpoint_every)->default_value(o.checkpoint_every), "epochs between checkpoints (0: only at the end)")
     ("keep-checkpoints", po::value(&o.keep_checkpoints)->default_value(o.keep_checkpoints), "checkpoints kept in the directory (0: all)")
-    ("resume", po::value(&o.resume), "auto (the directory's latest, if any) or a checkpoint file")
+    ("resume", po::value(&o.resume), "auto (the directory's newest checkpoint that verifies, if any) or a checkpoint file")
+    ("resume-changed", po::bool_switch(&o.resume_changed), "resume although the global batch, --accum-steps or the learning-rate schedule differ from the checkpoint's run")
     ("metrics", po::value(&o.metrics), "JSON-lines metrics file")
     ("log-every", po::value(&o.log_every)->default_value(o.log_every), "steps between metrics records")
     ("no-progress", po::bool_switch(), "no progress bar on a terminal")
@@ -195,6 +196,10 @@ int main(int argc, char** argv) {
       }
       std::fflush(stdout);
     }
+  } catch (const ddpv::StartRefused& e) {
+    // Every rank throws this together (rank 0's verdict is broadcast), so none is left waiting.
+    if (world.is_root()) std::fprintf(stderr, "%s: %s\n", kProgram, e.what());
+    return e.exit_code();
   } catch (const ddpv::TrainingDiverged& e) {
     // Every rank throws this after the same step (they agreed on it), so all exit together.
     if (world.is_root()) std::fprintf(stderr, "%s: %s\n", kProgram, e.what());

@@ -100,6 +100,7 @@ void validate_options(const TrainOptions& o, bool cuda_device) {
   require(o.keep_checkpoints >= 0, "--keep-checkpoints must be >= 0 (0: keep all)");
   require(o.resume != "auto" || !o.checkpoint_dir.empty(),
           "--resume auto needs --checkpoint-dir (where `latest` is looked for)");
+  require(!o.resume_changed || !o.resume.empty(), "--resume-changed needs --resume");
   require(o.log_every >= 1, "--log-every must be at least 1");
   require(o.cache_mb >= 0, "--cache-mb must be >= 0");
   require(o.synthetic_size >= 1, "--synthetic-size must be at least 1");

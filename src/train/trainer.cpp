@@ -24,8 +24,9 @@ Trainer::Impl::Impl(const TrainOptions& options, World& w)
                   : MetricsWriter()),
       bar(w.is_root() && options.progress && stdout_is_terminal()) {
   // Note [Agreed failures]: what may fail on some ranks only or on all alike (the backend,
-  // the store, the model, rank 0's checkpoint) runs before the first collective, and the
-  // ranks agree on the outcome before any of them enters one.
+  // the store, the model) runs before the first collective, and the ranks agree on the
+  // outcome before any of them enters one. Rank 0's resume has a verdict of its own, which it
+  // broadcasts (Note [Resume verdict]).
   std::exception_ptr failure;
   try {
     BackendOptions bo;
@@ -45,6 +46,7 @@ Trainer::Impl::Impl(const TrainOptions& options, World& w)
     failure = std::current_exception();
   }
   world.agree(failure);
+  resume();  // loads on rank 0, or keeps the fresh initialisation
   connect();
 }
 
@@ -106,7 +108,6 @@ void Trainer::Impl::build_model() {
   }
   if (balanced(o, world.size()))  // Note [Balanced batches]
     balancer.emplace(world.size(), o.batch_size, parse_batch_split(o.batch_split));
-  resume();  // loads on rank 0, or keeps the fresh initialisation
 }
 
 // The communicator, and the replicas made equal: rank 0's model, momentum and position.

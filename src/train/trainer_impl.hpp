@@ -13,6 +13,7 @@
 #include "ddpv/dist/shared_update.hpp"
 #include "ddpv/dist/world.hpp"
 #include "ddpv/nn/model.hpp"
+#include "ddpv/train/checkpoint.hpp"
 #include "ddpv/train/metrics.hpp"
 #include "ddpv/train/schedule.hpp"
 #include "ddpv/train/trainer.hpp"
@@ -41,7 +42,7 @@ struct Trainer::Impl {
   // set-up (trainer.cpp)
   void open_data();
   void make_feeds();
-  void build_model();  // and, on rank 0, resume
+  void build_model();
   void connect();      // the communicator; every rank takes rank 0's model and position
   void make_update();  // the shared update or the gradient reducer
   // the loop (trainer.cpp)
@@ -49,10 +50,13 @@ struct Trainer::Impl {
   void train_step();
   [[noreturn]] void throw_diverged(const std::string& what) const;  // on every rank at once
   int64_t global_batch() const { return o.batch_size * world.size() * o.accum_steps; }
-  // evaluation, checkpoints, resume, reporting (trainer_state.cpp)
-  void evaluate(double* loss, double* acc);
+  // checkpoints and resume (trainer_checkpoint.cpp)
   std::string save(const char* why);
-  void resume();
+  void resume();  // on every rank: rank 0 loads, all hear its verdict (Note [Resume verdict])
+  void resume_on_root();
+  CheckpointMeta run_meta() const;  // what a checkpoint of this run records
+  // evaluation, reporting (trainer_state.cpp)
+  void evaluate(double* loss, double* acc);
   void log_step(double lr, double step_loss, double step_acc);
   void log_epoch(double val_loss, double val_acc, const RankReport& ranks);
   TrainSummary finish();
@@ -114,6 +118,7 @@ struct Trainer::Impl {
   double last_val_loss, last_val_acc;
   std::string last_checkpoint;
   int64_t last_checkpoint_step = -1;
+  VerifiedFiles verified_files;  // rank 0: checkpoints checked in this run (Note [Pruning])
 
   MetricsWriter metrics;
   ProgressBar bar;

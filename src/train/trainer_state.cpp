@@ -1,12 +1,10 @@
-// The trainer's evaluation, checkpoints, resume, and what it reports (lines, metrics, summary).
+// The trainer's evaluation and what it reports (lines, metrics, summary).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 
 #include "ddpv/core/log.hpp"
 #include "ddpv/dist/stall_watch.hpp"
-#include "ddpv/train/checkpoint.hpp"
 #include "train/signals.hpp"
 #include "train/trainer_impl.hpp"
 
@@ -61,73 +59,6 @@ void Trainer::Impl::evaluate(double* loss, double* acc) {
   *loss = sums[0] / std::max(sums[2], 1.0);
   *acc = sums[1] / std::max(sums[2], 1.0);
   if (!std::isfinite(*loss)) throw_diverged("the validation loss is NaN or Inf");
-}
-
-std::string Trainer::Impl::save(const char* why) {
-  world.stall_watch()->set_phase(Phase::kCheckpoint);
-  average_buffers(*model, *comm);
-  // Every rank holds the same parameters, so all reach the same verdict without a collective.
-  if (!backend->all_finite(model->param_count(), model->param_data())) {
-    throw_diverged("the parameters hold NaN or Inf");
-  }
-  std::string path;
-  if (world.is_root()) {
-    std::filesystem::create_directories(o.checkpoint_dir);
-    CheckpointMeta meta;
-    meta.model = o.model;
-    meta.height = shape.height;
-    meta.width = shape.width;
-    meta.channels = shape.channels;
-    meta.num_classes = shape.num_classes;
-    meta.epoch = epoch;
-    meta.epoch_step = epoch_step;
-    meta.step = step;
-    meta.seed = o.seed;
-    meta.world_size = world.size();
-    meta.global_batch = global_batch();
-    meta.options = options_to_config(o);
-    meta.data = o.synthetic ? "synthetic" : o.data;
-    const std::string name = checkpoint_file_name(epoch, step);
-    path = (std::filesystem::path(o.checkpoint_dir) / name).string();
-    save_checkpoint(path, *model, meta);
-    update_latest(o.checkpoint_dir, name);
-    prune_checkpoints(o.checkpoint_dir, o.keep_checkpoints);
-    DDPV_INFO("checkpoint (", why, "): ", path);
-    metrics.write(JsonRecord().add("event", "checkpoint").add("path", path).add("step", step)
-                      .add("epoch", epoch).add("reason", why));
-  }
-  world.barrier();  // nobody runs ahead (or exits) before the checkpoint is complete
-  last_checkpoint = path;
-  last_checkpoint_step = step;
-  return path;
-}
-
-void Trainer::Impl::resume() {
-  if (o.resume.empty() || !world.is_root()) return;
-  std::string path = o.resume;
-  if (o.resume == "auto") {
-    path = find_latest(o.checkpoint_dir);
-    if (path.empty()) {
-      DDPV_INFO("--resume auto: no checkpoint in ", o.checkpoint_dir, " yet, starting fresh");
-      return;
-    }
-  }
-  DDPV_CHECK(std::filesystem::exists(path), "--resume ", path,
-             ": no such file (give a checkpoint file, or --resume auto with --checkpoint-dir)");
-  const CheckpointMeta meta = load_checkpoint(path, *model);
-  epoch = meta.epoch;
-  epoch_step = meta.epoch_step;
-  step = meta.step;
-  if (meta.world_size != world.size()) {
-    DDPV_WARN("resuming a run of ", meta.world_size, " ranks on ", world.size(),
-              ": the model and optimizer continue exactly, the data order does not");
-  }
-  if (meta.global_batch != global_batch() && epoch_step > 0) {
-    DDPV_WARN("resuming mid-epoch with a global batch of ", global_batch(), " where the checkpoint ",
-              "had ", meta.global_batch, ": the position inside epoch ", epoch + 1,
-              " is counted in the new batches, so some samples of it are seen twice or not at all");
-  }
-  DDPV_INFO("resumed from ", path, " at epoch ", epoch, " step ", step);
 }
 
 void Trainer::Impl::log_step(double lr, double step_loss, double step_acc) {

@@ -51,6 +51,7 @@ struct TrainOptions {
   int64_t checkpoint_every = 1;     // epochs; 0: only at the end
   int keep_checkpoints = 3;         // 0 keeps all
   std::string resume;               // "", "auto" or a file
+  bool resume_changed = false;      // resume although batch or schedule differ (Note [Resume checks])
   std::string metrics;              // JSON-lines file
   int64_t log_every = 50;           // steps between step records and progress updates
   bool progress = true;             // a progress bar when stdout is a terminal

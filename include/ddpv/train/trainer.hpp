@@ -81,6 +81,20 @@ class TrainingDiverged : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Thrown on every rank at once when a run cannot start as asked: its resume was refused (the
+// checkpoint is damaged or another model's, none in the directory verifies, or the options
+// differ from the checkpoint's run; Note [Resume checks]). ddpv-train prints the message once
+// and exits with exit_code(): 2 for options that differ, 1 otherwise.
+class StartRefused : public std::runtime_error {
+ public:
+  StartRefused(const std::string& what, int exit_code)
+      : std::runtime_error(what), exit_code_(exit_code) {}
+  int exit_code() const { return exit_code_; }
+
+ private:
+  int exit_code_;
+};
+
 class Trainer {
  public:
   // Builds the backend, the model, the communicator and the data sources; validates the store;
