@@ -116,4 +116,15 @@ double rms_floor_error(const std::vector<float>& got, const std::vector<float>& 
 // ||got - ref|| / ||ref||: the relative error of a tensor as a whole (what reduced precision
 // is judged by, where single entries near a flipped ReLU may move by their own size).
 double norm_rel_error(const std::vector<float>& got, const std::vector<float>& ref);
+
+// The message of the ddpv::Error thrown by f, or "" when none is thrown.
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.message();
+  }
+  return "";
+}
 }  // namespace ddpv::test

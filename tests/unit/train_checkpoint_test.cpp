@@ -77,17 +77,6 @@ CheckpointMeta sample_meta() {
   return m;
 }
 
-// The message of the ddpv::Error thrown by f, or "" when none.
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "";
-}
-
 int64_t read_i64_scalar(const std::string& file, const std::string& dataset) {
   hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   hid_t d = H5Dopen2(f, dataset.c_str(), H5P_DEFAULT);
@@ -203,7 +192,7 @@ TEST_F(CheckpointTest, NonFiniteParametersAreNeverWritten) {
   std::vector<float> w = model_->get_param("layer2.1.conv2.weight");
   w[5] = std::numeric_limits<float>::quiet_NaN();
   model_->set_param("layer2.1.conv2.weight", w);
-  const std::string msg = error_of([&] { save_checkpoint(path, *model_, sample_meta()); });
+  const std::string msg = test::error_of([&] { save_checkpoint(path, *model_, sample_meta()); });
   EXPECT_NE(msg.find("layer2.1.conv2.weight"), std::string::npos) << msg;
   EXPECT_NE(msg.find("NaN or Inf"), std::string::npos) << msg;
   EXPECT_FALSE(fs::exists(path));
@@ -230,7 +219,7 @@ TEST_F(CheckpointTest, WrongModelGivesClearError) {
   const std::string path = dir_.file("lenet.h5");
   save_checkpoint(path, *lenet, sample_meta());
   const std::vector<float> before = model_->get_param("fc.weight");
-  const std::string msg = error_of([&] { load_checkpoint(path, *model_); });
+  const std::string msg = test::error_of([&] { load_checkpoint(path, *model_); });
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
   EXPECT_NE(msg.find("lenet"), std::string::npos) << msg;
   EXPECT_NE(msg.find("resnet20"), std::string::npos) << msg;
@@ -239,11 +228,11 @@ TEST_F(CheckpointTest, WrongModelGivesClearError) {
 
   // Same model, other number of classes: the shapes differ, and the error says so.
   auto wide = make_model("resnet20", *backend_, Shape{32, 32, 3}, 100);
-  const std::string msg2 = error_of([&] { load_checkpoint(dir_.file("lenet.h5"), *wide); });
+  const std::string msg2 = test::error_of([&] { load_checkpoint(dir_.file("lenet.h5"), *wide); });
   EXPECT_NE(msg2.find("lenet"), std::string::npos) << msg2;
 
   save_checkpoint(dir_.file("r10.h5"), *model_, sample_meta());
-  const std::string msg3 = error_of([&] { load_checkpoint(dir_.file("r10.h5"), *wide); });
+  const std::string msg3 = test::error_of([&] { load_checkpoint(dir_.file("r10.h5"), *wide); });
   EXPECT_NE(msg3.find("100 classes"), std::string::npos) << msg3;
 }
 
@@ -273,7 +262,7 @@ TEST_F(CheckpointTest, MissingTensorIsNamed) {
   hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
   ASSERT_GE(H5Ldelete(f, "/optimizer/layer1.1.bn1.bias", H5P_DEFAULT), 0);
   H5Fclose(f);
-  const std::string msg = error_of([&] { load_checkpoint(path, *model_); });
+  const std::string msg = test::error_of([&] { load_checkpoint(path, *model_); });
   EXPECT_NE(msg.find("/optimizer/layer1.1.bn1.bias"), std::string::npos) << msg;
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
 }
@@ -288,7 +277,7 @@ TEST_F(CheckpointTest, EditedInPlaceIsRefused) {
   H5Fclose(f);
   const std::vector<float> before = model_->get_param("fc.weight");
   EXPECT_THROW(load_checkpoint(path, *model_), CheckpointDamaged);
-  const std::string msg = error_of([&] { read_checkpoint_meta(path); });
+  const std::string msg = test::error_of([&] { read_checkpoint_meta(path); });
   EXPECT_NE(msg.find("HDF5 metadata"), std::string::npos) << msg;
   EXPECT_TRUE(same_bits(model_->get_param("fc.weight"), before));
 }
@@ -302,7 +291,7 @@ TEST_F(CheckpointTest, CorruptOrForeignFilesGiveClearErrors) {
   const std::string cut = dir_.file("cut.h5");
   fs::copy_file(good, cut);
   fs::resize_file(cut, size / 2);
-  std::string msg = error_of([&] { load_checkpoint(cut, *model_); });
+  std::string msg = test::error_of([&] { load_checkpoint(cut, *model_); });
   EXPECT_NE(msg.find(cut), std::string::npos) << msg;
   EXPECT_NE(msg.find("is truncated: " + std::to_string(size / 2) + " of " + std::to_string(size) +
                      " bytes"),
@@ -314,7 +303,7 @@ TEST_F(CheckpointTest, CorruptOrForeignFilesGiveClearErrors) {
   // Not HDF5 at all.
   const std::string text = dir_.file("text.h5");
   std::ofstream(text) << "hello\n";
-  msg = error_of([&] { load_checkpoint(text, *model_); });
+  msg = test::error_of([&] { load_checkpoint(text, *model_); });
   EXPECT_NE(msg.find("neither a ddpvision header nor the HDF5 signature"), std::string::npos)
       << msg;
   EXPECT_THROW(load_checkpoint(text, *model_), CheckpointDamaged);
@@ -323,7 +312,7 @@ TEST_F(CheckpointTest, CorruptOrForeignFilesGiveClearErrors) {
   const std::string other = dir_.file("other.h5");
   hid_t f = H5Fcreate(other.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   H5Fclose(f);
-  msg = error_of([&] { read_checkpoint_meta(other); });
+  msg = test::error_of([&] { read_checkpoint_meta(other); });
   EXPECT_NE(msg.find("not a ddpvision checkpoint"), std::string::npos) << msg;
   try {
     read_checkpoint_meta(other);
@@ -332,7 +321,7 @@ TEST_F(CheckpointTest, CorruptOrForeignFilesGiveClearErrors) {
   } catch (const Error&) {
   }
 
-  msg = error_of([&] { load_checkpoint(dir_.file("absent.h5"), *model_); });
+  msg = test::error_of([&] { load_checkpoint(dir_.file("absent.h5"), *model_); });
   EXPECT_NE(msg.find("does not exist"), std::string::npos) << msg;
 }
 
@@ -378,7 +367,7 @@ TEST(CheckpointDir, FileNamesLatestAndPrune) {
 
   // A dangling `latest` is an error that says what to do.
   fs::remove(dir.file(names[3]));
-  const std::string msg = error_of([&] { find_latest(d); });
+  const std::string msg = test::error_of([&] { find_latest(d); });
   EXPECT_NE(msg.find(names[3]), std::string::npos) << msg;
   EXPECT_NE(msg.find("--resume"), std::string::npos) << msg;
 
@@ -489,7 +478,7 @@ TEST(CheckpointDir, UnwritableDirectoryLeavesNothing) {
   auto model = make_model("lenet", *backend, Shape{28, 28, 1}, 10);
   TempDir dir;
   const std::string path = dir.file("missing-subdir/x.h5");
-  const std::string msg = error_of([&] { save_checkpoint(path, *model, CheckpointMeta{}); });
+  const std::string msg = test::error_of([&] { save_checkpoint(path, *model, CheckpointMeta{}); });
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
   EXPECT_FALSE(fs::exists(path + ".tmp"));
 }

@@ -32,16 +32,6 @@ void write_bytes(const std::string& path, const std::string& bytes) {
 }
 const uint8_t* u8(const std::string& s) { return reinterpret_cast<const uint8_t*>(s.data()); }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "";
-}
-
 // The kind of exception f throws: "damaged", "error" or "none".
 template <typename F>
 std::string verdict_of(F&& f) {
@@ -207,7 +197,7 @@ TEST_F(VerifyTest, FlippedTensorBytesAreRefusedNamingTheTensor) {
   write_bytes(dir_.file("flip.h5"), bad);
   auto m = other_model();
   const std::vector<float> before = m->get_param("fc.weight");
-  const std::string msg = error_of([&] { load_checkpoint(dir_.file("flip.h5"), *m); });
+  const std::string msg = test::error_of([&] { load_checkpoint(dir_.file("flip.h5"), *m); });
   EXPECT_NE(msg.find("tensor /params/layer2.0.conv1.weight fails its checksum"), std::string::npos)
       << msg;
   EXPECT_NE(msg.find(dir_.file("flip.h5")), std::string::npos) << msg;
@@ -218,7 +208,8 @@ TEST_F(VerifyTest, FlippedTensorBytesAreRefusedNamingTheTensor) {
   // Two tensors: the first is named, the count of the others given.
   const Header::Tensor& u = tensor("/optimizer/fc.bias");
   bad[u.offset] ^= 1;
-  const std::string msg2 = error_of([&] { verify_checkpoint_bytes(u8(bad), bad.size(), "x"); });
+  const std::string msg2 =
+      test::error_of([&] { verify_checkpoint_bytes(u8(bad), bad.size(), "x"); });
   EXPECT_NE(msg2.find("(and 1 more tensors)"), std::string::npos) << msg2;
 }
 
@@ -226,24 +217,24 @@ TEST_F(VerifyTest, DamageOutsideTheTensorsIsNamedAsSuch) {
   // The HDF5 superblock is the first thing after the user block.
   std::string bad = bytes_;
   bad[userblock_ + 20] ^= 0x10;
-  std::string msg = error_of([&] { verify_checkpoint_bytes(u8(bad), bad.size(), "f.h5"); });
+  std::string msg = test::error_of([&] { verify_checkpoint_bytes(u8(bad), bad.size(), "f.h5"); });
   EXPECT_NE(msg.find("checkpoint f.h5 is damaged: its HDF5 metadata"), std::string::npos) << msg;
 
   bad = bytes_;
   bad[30] ^= 0x01;  // inside the header text
-  msg = error_of([&] { verify_checkpoint_bytes(u8(bad), bad.size(), "f.h5"); });
+  msg = test::error_of([&] { verify_checkpoint_bytes(u8(bad), bad.size(), "f.h5"); });
   EXPECT_NE(msg.find("its header fails its checksum"), std::string::npos) << msg;
 
   bad = bytes_;
   bad[userblock_ - 1] = 'x';  // the zero padding of the user block
-  msg = error_of([&] { verify_checkpoint_bytes(u8(bad), bad.size(), "f.h5"); });
+  msg = test::error_of([&] { verify_checkpoint_bytes(u8(bad), bad.size(), "f.h5"); });
   EXPECT_NE(msg.find("user block has bytes after the header"), std::string::npos) << msg;
 
   bad = bytes_ + "appended";
-  msg = error_of([&] { verify_checkpoint_bytes(u8(bad), bad.size(), "f.h5"); });
+  msg = test::error_of([&] { verify_checkpoint_bytes(u8(bad), bad.size(), "f.h5"); });
   EXPECT_NE(msg.find("bytes appended"), std::string::npos) << msg;
 
-  msg = error_of([&] { verify_checkpoint_bytes(u8(bytes_), 100, "f.h5"); });
+  msg = test::error_of([&] { verify_checkpoint_bytes(u8(bytes_), 100, "f.h5"); });
   EXPECT_NE(msg.find("is truncated"), std::string::npos) << msg;
 }
 
@@ -257,7 +248,7 @@ TEST_F(VerifyTest, NewerFormatIsAnErrorNotDamage) {
   newer.replace(at + 15, 8, hex);
   EXPECT_EQ(verdict_of([&] { verify_checkpoint_bytes(u8(newer), newer.size(), "n.h5"); }), "error");
   const std::string msg =
-      error_of([&] { verify_checkpoint_bytes(u8(newer), newer.size(), "n.h5"); });
+      test::error_of([&] { verify_checkpoint_bytes(u8(newer), newer.size(), "n.h5"); });
   EXPECT_NE(msg.find("format_version 3"), std::string::npos) << msg;
   EXPECT_NE(msg.find("newer ddpvision"), std::string::npos) << msg;
 }
@@ -325,7 +316,8 @@ TEST_F(VerifyTest, FilesWithoutHeaderUseTheAttributes) {
 
   std::string bad = plain;
   bad[tensor("/buffers/bn1.running_var").offset - userblock_ + 5] ^= 0x40;
-  std::string msg = error_of([&] { verify_checkpoint_bytes(u8(bad), bad.size(), "plain.h5"); });
+  std::string msg =
+      test::error_of([&] { verify_checkpoint_bytes(u8(bad), bad.size(), "plain.h5"); });
   EXPECT_NE(msg.find("tensor /buffers/bn1.running_var fails its crc32c attribute"),
             std::string::npos)
       << msg;
@@ -352,7 +344,7 @@ TEST_F(VerifyTest, FailedWriteLeavesTheOldFile) {
   small.rlim_cur = 100000;  // the checkpoint is 2.2 MB
   ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
   auto m = other_model();
-  const std::string msg = error_of([&] { save_checkpoint(path_, *m, CheckpointMeta{}); });
+  const std::string msg = test::error_of([&] { save_checkpoint(path_, *m, CheckpointMeta{}); });
   setrlimit(RLIMIT_FSIZE, &old);
   std::signal(SIGXFSZ, previous);
   EXPECT_NE(msg.find(path_ + ".tmp"), std::string::npos) << msg;
