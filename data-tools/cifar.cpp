@@ -7,17 +7,11 @@
 namespace ddpv::convert {
 namespace {
 
-constexpr int kSide = 32;
-constexpr int64_t kPixels = kSide * kSide * 3;
+constexpr int kSide = CifarLayout::kSide;
+constexpr int64_t kPixels = CifarLayout::kPixels;
 const std::vector<std::string> kCifar10 = {"airplane", "automobile", "bird",  "cat",  "deer",
                                            "dog",      "frog",       "horse", "ship", "truck"};
-
-struct Layout {
-  int label_bytes;   // 1 for CIFAR-10; 2 (coarse, fine) for CIFAR-100
-  int label_offset;  // which of them is the label
-  int num_classes;
-  int64_t record() const { return label_bytes + kPixels; }
-};
+using Layout = CifarLayout;
 
 // CIFAR-100 ships fine_label_names.txt / coarse_label_names.txt next to its batches.
 std::vector<std::string> default_names(const Layout& layout, bool fine, const std::string& batch) {
@@ -39,22 +33,7 @@ void write_files(StoreWriter& writer, const std::string& split,
   std::vector<int32_t> labels;
   for (const std::string& path : files) {
     const std::vector<uint8_t> bytes = read_file(path);
-    DDPV_CHECK(!bytes.empty() && bytes.size() % layout.record() == 0, path, ": size ", bytes.size(),
-               " is not a multiple of the ", layout.record(), "-byte record of CIFAR-",
-               layout.num_classes,
-               layout.num_classes == 10 ? " (is this a CIFAR-100 file? use --variant 100)"
-                                        : " (is this a CIFAR-10 file? use --variant 10)");
-    const int64_t n = static_cast<int64_t>(bytes.size()) / layout.record();
-    images.resize(static_cast<size_t>(n * kPixels));
-    labels.resize(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) {
-      const uint8_t* rec = bytes.data() + i * layout.record();
-      labels[static_cast<size_t>(i)] = rec[layout.label_offset];
-      const uint8_t* planes = rec + layout.label_bytes;  // (C, H, W): R plane, G plane, B plane
-      uint8_t* out = images.data() + i * kPixels;        // (H, W, C)
-      for (int p = 0; p < kSide * kSide; ++p)
-        for (int c = 0; c < 3; ++c) out[p * 3 + c] = planes[c * kSide * kSide + p];
-    }
+    const int64_t n = decode_cifar(bytes.data(), bytes.size(), layout, path, &images, &labels);
     try {
       writer.check_labels(labels.data(), n);
     } catch (const ddpv::Error& e) {
@@ -67,6 +46,28 @@ void write_files(StoreWriter& writer, const std::string& split,
 }
 
 }  // namespace
+
+int64_t decode_cifar(const uint8_t* bytes, size_t size, const CifarLayout& layout,
+                     const std::string& path, std::vector<uint8_t>* images,
+                     std::vector<int32_t>* labels) {
+  const uint64_t record = static_cast<uint64_t>(layout.record());
+  DDPV_CHECK(size > 0 && size % record == 0, path, ": size ", size,
+             " is not a multiple of the ", record, "-byte record of CIFAR-", layout.num_classes,
+             layout.num_classes == 10 ? " (is this a CIFAR-100 file? use --variant 100)"
+                                      : " (is this a CIFAR-10 file? use --variant 10)");
+  const int64_t n = static_cast<int64_t>(size / record);
+  images->resize(static_cast<size_t>(n * kPixels));
+  labels->resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const uint8_t* rec = bytes + i * layout.record();
+    (*labels)[static_cast<size_t>(i)] = rec[layout.label_offset];
+    const uint8_t* planes = rec + layout.label_bytes;  // (C, H, W): R plane, G plane, B plane
+    uint8_t* out = images->data() + i * kPixels;       // (H, W, C)
+    for (int p = 0; p < kSide * kSide; ++p)
+      for (int c = 0; c < 3; ++c) out[p * 3 + c] = planes[c * kSide * kSide + p];
+  }
+  return n;
+}
 
 int run_cifar(const Args& args) {
   po::options_description options("cifar options");

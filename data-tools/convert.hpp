@@ -44,6 +44,34 @@ std::vector<uint8_t> read_file(const std::string& path);
 // One class name per line (blank lines ignored); at least one.
 std::vector<std::string> read_class_names(const std::string& path);
 
+// An IDX file's header (MNIST family): magic 0 0 0x08 rank, then `rank` big-endian uint32 dims;
+// the data starts at `offset`.
+struct IdxHeader {
+  std::vector<int64_t> dims;
+  size_t offset = 0;
+};
+// Checks the bytes of an IDX file of `what` ("images", "labels"): the magic, the unsigned-byte
+// type, `rank` dims, and that the dims' product (never wrapped) is the bytes after the header.
+// Throws ddpv::Error naming `path`.
+IdxHeader parse_idx(const uint8_t* bytes, size_t size, int rank, const std::string& path,
+                    const char* what);
+
+// CIFAR binary records: label byte(s), then planar 32x32 RGB.
+struct CifarLayout {
+  int label_bytes;   // 1 for CIFAR-10; 2 (coarse, fine) for CIFAR-100
+  int label_offset;  // which of them is the label
+  int num_classes;
+  static constexpr int kSide = 32;
+  static constexpr int64_t kPixels = kSide * kSide * 3;
+  int64_t record() const { return label_bytes + kPixels; }
+};
+// Decodes the whole records of a batch file's bytes into images (N, 32, 32, 3) and labels (N),
+// resized to fit. Throws ddpv::Error naming `path` when the size is not a positive multiple of
+// the record. Labels are not range-checked here (the writer does).
+int64_t decode_cifar(const uint8_t* bytes, size_t size, const CifarLayout& layout,
+                     const std::string& path, std::vector<uint8_t>* images,
+                     std::vector<int32_t>* labels);
+
 // A progress line on stdout, only when stdout is a terminal (logs and CI stay clean).
 class Progress {
  public:

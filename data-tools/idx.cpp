@@ -1,6 +1,5 @@
 // ddpv-convert idx: MNIST-family IDX files (ubyte images and labels, gzip or raw).
 #include <cstdio>
-#include <cstring>
 #include <iostream>
 #include <sstream>
 
@@ -15,44 +14,16 @@ const std::vector<std::string> kFashionMnist = {"T-shirt/top", "Trouser",   "Pul
                                                 "Bag",         "Ankle boot"};
 const std::vector<std::string> kMnist = {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"};
 
-// An IDX file: magic (0, 0, type 0x08 = ubyte, rank), rank big-endian uint32 dims, then data.
-struct Idx {
+// An IDX file's bytes and its checked header.
+struct Idx : IdxHeader {
   std::vector<uint8_t> bytes;
-  std::vector<int64_t> dims;
-  size_t offset = 0;
   const uint8_t* data() const { return bytes.data() + offset; }
 };
 
 Idx read_idx(const std::string& path, int rank, const char* what) {
   Idx idx;
   idx.bytes = read_file(path);
-  const auto& b = idx.bytes;
-  if (b.size() < 4 || b[0] != 0 || b[1] != 0) {
-    char magic[16] = "(too short)";
-    if (b.size() >= 4)
-      std::snprintf(magic, sizeof(magic), "%02x %02x %02x %02x", b[0], b[1], b[2], b[3]);
-    DDPV_FAIL(path, ": not an IDX file (bad magic ", magic, "); expected MNIST-style ", what,
-              " such as train-", what, "-idx", rank == 3 ? 3 : 1, "-ubyte(.gz)");
-  }
-  DDPV_CHECK(b[2] == 0x08, path, ": IDX element type 0x", std::hex, int{b[2]},
-             " is not unsigned byte (0x08)");
-  DDPV_CHECK(b[3] == rank, path, ": IDX file has ", int{b[3]}, " dimensions, expected ", rank,
-             " for ", what);
-  const size_t header = 4 + 4 * static_cast<size_t>(rank);
-  DDPV_CHECK(b.size() >= header, path, ": file too short for its IDX header");
-  uint64_t expect = 1;
-  for (int i = 0; i < rank; ++i) {
-    const uint8_t* p = b.data() + 4 + 4 * i;
-    const int64_t d = (int64_t{p[0]} << 24) | (p[1] << 16) | (p[2] << 8) | p[3];
-    idx.dims.push_back(d);
-    expect *= static_cast<uint64_t>(d);
-  }
-  idx.offset = header;
-  std::ostringstream dims;
-  for (int i = 0; i < rank; ++i) dims << (i ? "x" : "") << idx.dims[static_cast<size_t>(i)];
-  DDPV_CHECK(b.size() - header == expect, path, ": the header declares ", expect,
-             " bytes of data (dims ", dims.str(), ") but the file holds ", b.size() - header,
-             ": truncated or not an IDX file");
+  static_cast<IdxHeader&>(idx) = parse_idx(idx.bytes.data(), idx.bytes.size(), rank, path, what);
   return idx;
 }
 
@@ -90,6 +61,44 @@ void write_split(StoreWriter& writer, const std::string& name, const Pair& p, Pr
 }
 
 }  // namespace
+
+IdxHeader parse_idx(const uint8_t* b, size_t size, int rank, const std::string& path,
+                    const char* what) {
+  if (size < 4 || b[0] != 0 || b[1] != 0) {
+    char magic[16] = "(too short)";
+    if (size >= 4)
+      std::snprintf(magic, sizeof(magic), "%02x %02x %02x %02x", b[0], b[1], b[2], b[3]);
+    DDPV_FAIL(path, ": not an IDX file (bad magic ", magic, "); expected MNIST-style ", what,
+              " such as train-", what, "-idx", rank == 3 ? 3 : 1, "-ubyte(.gz)");
+  }
+  DDPV_CHECK(b[2] == 0x08, path, ": IDX element type 0x", std::hex, int{b[2]},
+             " is not unsigned byte (0x08)");
+  DDPV_CHECK(b[3] == rank, path, ": IDX file has ", int{b[3]}, " dimensions, expected ", rank,
+             " for ", what);
+  IdxHeader h;
+  h.offset = 4 + 4 * static_cast<size_t>(rank);
+  DDPV_CHECK(size >= h.offset, path, ": file too short for its IDX header");
+  // Each dim is below 2^32, so three of them can pass 2^64: a product that wrapped could
+  // match a short file and send the reader past its end.
+  const uint64_t data_bytes = size - h.offset;
+  uint64_t expect = 1;
+  bool wrapped = false;
+  std::ostringstream dims;
+  for (int i = 0; i < rank; ++i) {
+    const uint8_t* p = b + 4 + 4 * i;
+    const uint64_t d = (uint64_t{p[0]} << 24) | (uint64_t{p[1]} << 16) | (uint64_t{p[2]} << 8) | p[3];
+    h.dims.push_back(static_cast<int64_t>(d));
+    dims << (i ? "x" : "") << d;
+    wrapped |= __builtin_mul_overflow(expect, d, &expect);
+  }
+  if (wrapped)
+    DDPV_FAIL(path, ": the header declares dims ", dims.str(),
+              ", more bytes than 64 bits can count: not an IDX file");
+  DDPV_CHECK(data_bytes == expect, path, ": the header declares ", expect,
+             " bytes of data (dims ", dims.str(), ") but the file holds ", data_bytes,
+             ": truncated or not an IDX file");
+  return h;
+}
 
 int run_idx(const Args& args) {
   po::options_description options("idx options");

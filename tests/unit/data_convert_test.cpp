@@ -274,6 +274,10 @@ TEST(DataConvert, BadIdxAndCifarInputsFailWithOneLineAndWriteNothing) {
   expect_failure(dir, idx("magic"), 1, "not an IDX file (bad magic");
   expect_failure(dir, idx("rank"), 1, "IDX file has 1 dimensions, expected 3");
   expect_failure(dir, idx("short"), 1, "the header declares 160 bytes of data");
+  // Dims whose product wraps 2^64 to 0, the size of a file that is only its header: were the
+  // product formed, the file would pass and the reader would run 2^31 images past its end.
+  write(dir.file("wrap"), Bytes{0, 0, 8, 3, 0x80, 0, 0, 0, 0x80, 0, 0, 0, 0, 0, 0, 4});
+  expect_failure(dir, idx("wrap"), 1, "declares dims 2147483648x2147483648x4, more bytes than 64 bits");
   expect_failure(dir, idx("trunc.gz"), 1, "truncated or corrupt gzip");
   expect_failure(dir, idx("corrupt.gz"), 1, "truncated or corrupt gzip");
   expect_failure(dir, idx("missing"), 1, "no such file");
