@@ -2,6 +2,8 @@
 #include "ddpv/data/image_store.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <map>
 #include <numeric>
 
@@ -88,6 +90,11 @@ void ImageStore::Impl::read_attributes() {
     std::vector<double> v = h5::read_attr_f64s(root, name);
     STORE_CHECK(static_cast<int64_t>(v.size()) == c, "attribute '", name, "' holds ", v.size(),
                 " values, expected one per channel (", c, ")");
+    // Non-finite statistics (or ones beyond float's range) would make every normalised pixel
+    // NaN or 0: training would "run" on nothing, and only the loss would say so, epochs later.
+    for (double x : v)
+      STORE_CHECK(std::isfinite(x) && std::fabs(x) <= std::numeric_limits<float>::max(),
+                  "attribute '", name, "' holds ", x, ": statistics must be finite floats");
     dst->assign(v.begin(), v.end());
   }
   for (float s : stdev) STORE_CHECK(s > 0.0f, "std must be positive in every channel, got ", s);

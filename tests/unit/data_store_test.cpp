@@ -285,6 +285,22 @@ TEST(DataStore, RejectsFilesThatAreNotValidStores) {
   expect_rejected(dir.file("e.h5"), "split 'train' has no dataset 'images'");
   write_foreign(dir.file("g.h5"), kStoreFormat, H5T_STD_I32LE, 6, 1, true, 3);
   expect_rejected(dir.file("g.h5"), "has rank 3, expected 4");
+  // Statistics that would normalise every pixel to NaN, 0 or Inf (and a double beyond
+  // float's range, whose conversion is undefined behaviour).
+  for (const double bad : {std::nan(""), HUGE_VAL, -HUGE_VAL, 1e39}) {
+    for (const char* attr : {"mean", "std"}) {
+      write_foreign(dir.file("s.h5"));
+      h5::Handle f = h5::open_file(dir.file("s.h5"), true);
+      H5Adelete(f.get(), attr);
+      const hsize_t one = 1;
+      hid_t space = H5Screate_simple(1, &one, nullptr);
+      hid_t a = H5Acreate2(f.get(), attr, H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT);
+      H5Awrite(a, H5T_NATIVE_DOUBLE, &bad);
+      H5Aclose(a), H5Sclose(space);
+      f.reset();
+      expect_rejected(dir.file("s.h5"), std::string("attribute '") + attr + "' holds");
+    }
+  }
   {  // a plain HDF5 file without the attributes
     h5::Handle f = h5::create_file(dir.file("h.h5"));
   }
