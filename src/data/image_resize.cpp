@@ -83,10 +83,35 @@ void resize_bilinear_aa(const uint8_t* src, int sh, int sw, int c, uint8_t* dst,
 
 Image resize_center_crop(const Image& src, int height, int width) {
   DDPV_CHECK(height > 0 && width > 0, "resize: bad target size ", height, "x", width);
+  DDPV_CHECK(src.height > 0 && src.width > 0 && src.channels > 0, "resize: empty image");
   const double scale =
       std::max(static_cast<double>(height) / src.height, static_cast<double>(width) / src.width);
-  const int rh = std::max(height, static_cast<int>(std::lround(src.height * scale)));
-  const int rw = std::max(width, static_cast<int>(std::lround(src.width * scale)));
+  // Note [Extreme aspect ratios]: resizing the whole image before cropping needs an image as
+  // long as the source's aspect ratio makes it: a 1,000,000 x 1 PNG covering 32 x 32 would be
+  // resized to 32 x 32,000,000 (3 GB) for a 32 x 32 crop. Where the resized image would hold
+  // more than 4 crops, the source's centre of the crop's aspect ratio is cut first and resized
+  // to the crop alone. Up to that ratio the result is what it always was (the antialiasing
+  // kernel near the crop's edges then sees the pixels beyond them too).
+  const double lh = src.height * scale, lw = src.width * scale;
+  if (lh * lw > 4.0 * height * width) {
+    const int ch = std::clamp(static_cast<int>(std::lround(height / scale)), 1, src.height);
+    const int cw = std::clamp(static_cast<int>(std::lround(width / scale)), 1, src.width);
+    const int sy = (src.height - ch) / 2, sx = (src.width - cw) / 2;
+    std::vector<uint8_t> cut(static_cast<size_t>(ch) * cw * src.channels);
+    const size_t cut_row = static_cast<size_t>(cw) * src.channels;
+    for (int y = 0; y < ch; ++y)
+      std::copy_n(src.pixels.data() + (static_cast<size_t>(y + sy) * src.width + sx) * src.channels,
+                  cut_row, cut.data() + static_cast<size_t>(y) * cut_row);
+    Image out;
+    out.height = height;
+    out.width = width;
+    out.channels = src.channels;
+    out.pixels.resize(static_cast<size_t>(height) * width * src.channels);
+    resize_bilinear_aa(cut.data(), ch, cw, src.channels, out.pixels.data(), height, width);
+    return out;
+  }
+  const int rh = std::max(height, static_cast<int>(std::lround(lh)));
+  const int rw = std::max(width, static_cast<int>(std::lround(lw)));
   std::vector<uint8_t> resized(static_cast<size_t>(rh) * rw * src.channels);
   resize_bilinear_aa(src.pixels.data(), src.height, src.width, src.channels, resized.data(), rh,
                      rw);

@@ -1,4 +1,6 @@
 // JPEG/PNG decoding (round trips, corrupt and oversized files) and antialiased resizing.
+#include <array>
+#include <cmath>
 #include <random>
 
 #include "data/image_codec.hpp"
@@ -112,6 +114,39 @@ TEST(DataResize, CenterCropKeepsTheMiddleOfTheLongerSide) {
   for (int y = 1; y < 9; ++y)
     for (int x = 0; x < 10; ++x) EXPECT_EQ(out.pixels[static_cast<size_t>(y * 10 + x)], 0) << y;
   for (int x = 0; x < 10; ++x) EXPECT_LT(out.pixels[static_cast<size_t>(x)], 128);
+}
+
+// Note [Extreme aspect ratios]: where the whole resized image would hold more than 4 crops,
+// the source's centre is cut first. The result is the crop of the whole image resized (the old
+// path, computed here as the reference) wherever the kernel near the crop's edges sees no
+// different pixels beyond them: here, images that vary only along the short side.
+TEST(DataResize, ExtremeAspectRatiosCutTheCentreFirstWithTheSameResult) {
+  for (const auto& [sh, sw, h, w] : {std::array{4, 64, 4, 4}, std::array{8, 128, 4, 4},
+                                     std::array{96, 6, 3, 3}}) {
+    Image im{sh, sw, 1, std::vector<uint8_t>(static_cast<size_t>(sh) * sw)};
+    for (int y = 0; y < sh; ++y)
+      for (int x = 0; x < sw; ++x)
+        im.pixels[static_cast<size_t>(y) * sw + x] =
+            static_cast<uint8_t>(sh < sw ? 30 * y + 5 : 30 * x + 5);
+    const double scale = std::max(static_cast<double>(h) / sh, static_cast<double>(w) / sw);
+    const int rh = std::max(h, static_cast<int>(std::lround(sh * scale)));
+    const int rw = std::max(w, static_cast<int>(std::lround(sw * scale)));
+    ASSERT_GT(int64_t{rh} * rw, 4 * h * w);  // the case takes the cut-first path
+    std::vector<uint8_t> whole(static_cast<size_t>(rh) * rw);
+    resize_bilinear_aa(im.pixels.data(), sh, sw, 1, whole.data(), rh, rw);
+    const Image out = resize_center_crop(im, h, w);
+    ASSERT_EQ(out.pixels.size(), static_cast<size_t>(h) * w);
+    for (int y = 0; y < h; ++y)
+      for (int x = 0; x < w; ++x)
+        EXPECT_EQ(out.pixels[static_cast<size_t>(y) * w + x],
+                  whole[static_cast<size_t>(y + (rh - h) / 2) * rw + x + (rw - w) / 2])
+            << sh << "x" << sw << " at " << y << "," << x;
+  }
+  // A 1 x 1,000,000 image covering 32 x 32 (a 3 GB intermediate before) is its centre pixel.
+  Image line{1, 1000000, 1, std::vector<uint8_t>(1000000, 10)};
+  for (int x = 499990; x < 500010; ++x) line.pixels[static_cast<size_t>(x)] = 200;
+  const Image out = resize_center_crop(line, 32, 32);
+  for (uint8_t v : out.pixels) EXPECT_EQ(v, 200);
 }
 
 }  // namespace
