@@ -80,8 +80,6 @@ namespace {
 
 constexpr size_t kPage = 4096;
 constexpr int64_t kSliceAlign = 16;  // floats: one 64-byte line
-// 64 KiB: lenet's arena is 28 chunks, resnet20's 17.
-constexpr int64_t kChunkFloats = SharedUpdate::kChunkFloats;
 // The control block's words (int64) lie one per 64-byte line.
 constexpr size_t kWordStride = 8;
 // The control block at the start of the shared memory: words 0 and 8 count the chunks claimed

@@ -212,9 +212,15 @@ class CpuBackend final : public Backend {
     ctx_.bind_threads();
     int bad = 0;
     // |x| <= FLT_MAX is false for +-Inf and for NaN, and vectorises where isfinite may not.
+    // Each thread ORs its share into its own flag, then into `bad`: an OpenMP reduction on
+    // `bad` would need it shared in the enclosing parallel region, which clang cannot see
+    // through the lambda's capture (and refuses to compile).
     in_team(count >= kParallelMin, [&] {  // Note [No team of one]
-#pragma omp for simd reduction(| : bad)
-      for (int64_t i = 0; i < count; ++i) bad |= !(std::fabs(x[i]) <= FLT_MAX);
+      int mine = 0;
+#pragma omp for
+      for (int64_t i = 0; i < count; ++i) mine |= !(std::fabs(x[i]) <= FLT_MAX);
+#pragma omp atomic
+      bad |= mine;
     });
     return bad == 0;
   }
