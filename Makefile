@@ -15,7 +15,7 @@ ifneq ($(DNNL_ROOT),)
 CMAKE_FLAGS += -Ddnnl_ROOT=$(DNNL_ROOT)
 endif
 
-.PHONY: all deps configure build test test-cluster sanitize demo bench install clean
+.PHONY: all deps configure build test test-cluster sanitize fuzz demo bench install clean
 
 all: build
 
@@ -46,6 +46,13 @@ sanitize: deps
 	SANITIZE_DIR=$(SANITIZE_DIR) JOBS=$(JOBS) CC=$(CC) CXX=$(CXX) MPICXX=$(MPICXX) MPIRUN=$(MPIRUN) \
 	  scripts/sanitize.sh
 
+# The libFuzzer targets (docs/fuzzing.md) in a clang + ASan + UBSan build of their own
+# (scripts/fuzz.sh), each for FUZZ_SECONDS; CI runs them for 30 s each.
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	scripts/install-deps.sh --fuzz
+	FUZZ_DIR=$(FUZZ_DIR) FUZZ_SECONDS=$(FUZZ_SECONDS) JOBS=$(JOBS) MPICXX=$(MPICXX) scripts/fuzz.sh
+
 demo: build
 	MPIRUN=$(MPIRUN) BUILD_DIR=$(BUILD_DIR) scripts/demo.sh
 
@@ -57,4 +64,4 @@ install: build
 	cmake --install $(BUILD_DIR) --prefix $(PREFIX)
 
 clean:
-	rm -rf $(BUILD_DIR) $(SANITIZE_DIR)
+	rm -rf $(BUILD_DIR) $(SANITIZE_DIR) $(FUZZ_DIR)

@@ -5,6 +5,8 @@
 #   scripts/install-deps.sh --bench    also PyTorch, OpenBLAS and tcmalloc (the benchmark
 #                                      peer, golden files, export test)
 #   scripts/install-deps.sh --cluster  also Slurm and munge (tests/cluster)
+#   scripts/install-deps.sh --fuzz     also clang and its sanitizer and libFuzzer runtimes
+#                                      (make fuzz)
 set -euo pipefail
 
 packages=(
@@ -25,7 +27,8 @@ for arg in "$@"; do
     --bench) packages+=(python3-torch libopenblas0-pthread libtcmalloc-minimal4) ;;
     --cluster) packages+=(slurm-wlm munge iproute2) ;;
     --torch) packages+=(python3-torch) ;;
-    *) echo "install-deps.sh: unknown option '$arg' (use --bench, --torch or --cluster)" >&2; exit 2 ;;
+    --fuzz) packages+=(clang libclang-rt-14-dev) ;;
+    *) echo "install-deps.sh: unknown option '$arg' (use --bench, --torch, --cluster or --fuzz)" >&2; exit 2 ;;
   esac
 done
 
