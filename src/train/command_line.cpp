@@ -2,6 +2,7 @@
 #include "ddpv/train/command_line.hpp"
 
 #include <boost/program_options.hpp>
+#include <cctype>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -72,14 +73,19 @@ po::options_description describe(TrainOptions& o) {
 }
 
 // Note [Placeholders in values]: Boost.Program_options 1.74 builds an error's message by
-// replacing tokens such as %value% with the offending text; a value that itself holds the
-// token is substituted again and again, for ever (found by the config fuzz target). Text that
-// holds one is refused before Boost sees it.
+// replacing tokens such as %value% or %invalid_line% with the offending text; text that itself
+// holds the token is substituted again and again, for ever (found by the config fuzz target).
+// So any text holding a %word% is refused before Boost sees it.
 void refuse_placeholders(const std::string& text, const std::string& where) {
-  for (const char* token : {"%value%", "%canonical_option%", "%prefix_option%", "%option%",
-                            "%original_token%"})
-    if (text.find(token) != std::string::npos)
-      throw UsageError(where + " holds '" + token + "', which option values may not contain");
+  for (size_t open = text.find('%'); open != std::string::npos; open = text.find('%', open + 1)) {
+    size_t end = open + 1;
+    while (end < text.size() && (std::isalnum(static_cast<unsigned char>(text[end])) || text[end] == '_'))
+      ++end;
+    if (end > open + 1 && end < text.size() && text[end] == '%')
+      throw UsageError(where + " holds '" + text.substr(open, end - open + 1) +
+                       "': no option value may contain a %word% (Boost.Program_options cannot "
+                       "report an error in one)");
+  }
 }
 
 CommandLine parse(int argc, const char* const* argv, std::istream* config_text) {
