@@ -123,6 +123,13 @@ std::vector<std::string> read_attr_strings(hid_t loc, const std::string& name) {
              type_info(a.type.get()).str(), ", expected a string");
   std::vector<std::string> out;
   if (H5Tis_variable_str(a.type.get()) > 0) {
+    // Note [Variable-length base size]: libhdf5 sizes its conversion buffer as the stored
+    // length times the base type's size, both read from the file; a damaged datatype message
+    // that claims 4 GiB characters makes one short string cost gigabytes before a byte is read.
+    Handle base(H5Tget_super(a.type.get()), H5Tclose);
+    DDPV_CHECK(base.get() >= 0 && H5Tget_size(base.get()) == 1, "attribute '", name,
+               "' is a variable-length string whose characters are not one byte: the file is "
+               "damaged");
     Handle mem = vlen_string_type();
     std::vector<char*> ptrs(a.count, nullptr);
     DDPV_HDF5_CHECK(H5Aread(a.attr.get(), mem.get(), ptrs.data()), "cannot read attribute '", name,

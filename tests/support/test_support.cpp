@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <random>
 
 namespace ddpv::test {
@@ -113,6 +115,15 @@ DeviceLabels::DeviceLabels(Backend* b, const std::vector<int32_t>& host) {
 
 std::string source_path(const std::string& relative) {
   return std::string(DDPV_SOURCE_DIR) + "/" + relative;
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
 }
 
 }  // namespace ddpv::test

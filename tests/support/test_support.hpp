@@ -73,6 +73,10 @@ struct DeviceLabels {
 // Path of a file in the source tree, e.g. source_path("tests/golden/lenet.h5").
 std::string source_path(const std::string& relative);
 
+// A whole file as bytes, and a file made of `bytes` (replacing what was there).
+std::string read_bytes(const std::string& path);
+void write_bytes(const std::string& path, const std::string& bytes);
+
 }  // namespace ddpv::test
 
 // Declares `var` as a backend for `device`, or skips the test visibly when no GPU is present.

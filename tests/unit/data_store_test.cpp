@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <random>
 
@@ -337,6 +338,39 @@ TEST(DataStore, Hdf5ErrorsBecomeOneLineWithTheLibraryCause) {
   h5::write_attr_i64(f.get(), "n", 6);  // rewritten, not duplicated
   EXPECT_EQ(h5::read_attr_i64(f.get(), "n"), 6);
   EXPECT_THROW(h5::read_attr_string(f.get(), "n"), Error);
+}
+
+// A variable-length string whose stored base type claims characters of 1 GiB each (as a
+// damaged datatype message can): libhdf5 would size its conversion buffer by that claim.
+TEST(DataStore, VariableLengthStringsWithWideCharactersAreRefused) {
+  test::TempDir dir;
+  const std::string path = dir.file("v.h5");
+  {
+    h5::Handle f = h5::create_file(path);
+    h5::write_attr_strings(f.get(), "names", {"abc"});
+  }
+  std::string bytes = test::read_bytes(path);
+  // Datatype message: version 1 class 9 (variable length), type 1 (string), two bit-field
+  // bytes, size 16; then the base type: version 1 class 0 (integer), three bit-field bytes,
+  // size (4 bytes, 1 as written).
+  size_t at = std::string::npos;
+  for (size_t i = 0; i + 16 <= bytes.size(); ++i) {
+    if (static_cast<uint8_t>(bytes[i]) == 0x19 && bytes[i + 1] == 1 && bytes[i + 4] == 16 &&
+        bytes[i + 5] == 0 && bytes[i + 8] == 0x10 && bytes[i + 12] == 1) {
+      at = i + 12;
+      break;
+    }
+  }
+  ASSERT_NE(at, std::string::npos) << "no variable-length string datatype in " << path;
+  const uint32_t claim = uint32_t{1} << 30;
+  std::memcpy(bytes.data() + at, &claim, 4);
+  test::write_bytes(path, bytes);
+  h5::Handle f = h5::open_file(path, false);
+  const std::string error = test::error_of([&] { h5::read_attr_strings(f.get(), "names"); });
+  EXPECT_NE(error.find("attribute 'names' is a variable-length string whose characters are not "
+                       "one byte"),
+            std::string::npos)
+      << error;
 }
 
 }  // namespace

@@ -239,8 +239,7 @@ TEST_F(CheckpointTest, WrongModelGivesClearError) {
 // A copy of `path` without its user block (the header), as h5unjam or a rewrite by h5py
 // leaves it: libhdf5 finds the superblock at offset 0 and reads it the same.
 std::string strip_header(const std::string& path, const std::string& out) {
-  std::ifstream in(path, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string bytes = test::read_bytes(path);
   hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   hid_t plist = H5Fget_create_plist(f);
   hsize_t userblock = 0;
@@ -248,7 +247,7 @@ std::string strip_header(const std::string& path, const std::string& out) {
   H5Pclose(plist);
   H5Fclose(f);
   EXPECT_GT(userblock, 0u);
-  std::ofstream(out, std::ios::binary) << bytes.substr(static_cast<size_t>(userblock));
+  test::write_bytes(out, bytes.substr(static_cast<size_t>(userblock)));
   return out;
 }
 
