@@ -209,14 +209,15 @@ void check_all_tensors(Reader& r) {
     for (const std::string& name : h5::child_names(g.get())) {
       h5::Handle ds = h5::open_dataset(g.get(), name);
       const std::vector<int64_t> dims = h5::dataset_dims(ds.get());
-      int64_t n = 1;
-      for (int64_t d : dims) n *= d;
       const bool count = ends_with(name, kTrackedSuffix);
       check_stored_type(ds.get(), std::string("tensor /") + group + "/" + name, count);
       // Note [Claimed rows]: a headerless file's dims are only a claim (the fuzz target's
-      // checkpoint claimed 4 TiB); they are checked against what the file holds first.
+      // checkpoint claimed 4 TiB); they are checked against what the file holds first, and
+      // only then multiplied (a product of claimed dims can overflow int64).
       h5::check_claim(ds.get(), std::string("tensor /") + group + "/" + name, dims,
                       count ? 8 : 4, true, "resume from another checkpoint");
+      int64_t n = 1;
+      for (int64_t d : dims) n *= d;
       std::vector<uint8_t> v(static_cast<size_t>(n) * (count ? 8 : 4));
       DDPV_HDF5_CHECK(H5Dread(ds.get(), count ? H5T_NATIVE_INT64 : H5T_NATIVE_FLOAT, H5S_ALL,
                               H5S_ALL, H5P_DEFAULT, v.data()),
