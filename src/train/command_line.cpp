@@ -67,8 +67,11 @@ po::options_description describe(TrainOptions& o) {
     ("log-every", po::value(&o.log_every)->default_value(o.log_every), "steps between metrics records")
     ("no-progress", po::bool_switch(), "no progress bar on a terminal")
     ("profile-layers", po::bool_switch(&o.profile_layers), "time every layer (synchronising the device around each) and print where a step's time goes; slows the run");
+  po::options_description test("Testing (not for training runs)");
+  test.add_options()
+    ("test-busy-per-image", po::value(&o.test_busy_per_image), "CPU: seconds per image each rank's timers add to its busy time, as in 0.03/0.01 (one per rank), so that the rank report, the straggler warning and --balance see a slow rank that is not slow");
   po::options_description all;
-  all.add(data).add(model).add(opt).add(dist).add(out);
+  all.add(data).add(model).add(opt).add(dist).add(out).add(test);
   return all;
 }
 

@@ -83,6 +83,9 @@ void validate_options(const TrainOptions& o, bool cuda_device) {
   const std::vector<int64_t> split = parse_batch_split(o.batch_split);
   require(split.empty() || !cuda_device,
           "--batch-split needs the CPU backend: drop it, or run with --device cpu");
+  require(parse_busy_per_image(o.test_busy_per_image).empty() || !cuda_device,
+          "--test-busy-per-image needs the CPU backend (the rank times it feeds are CPU only): "
+          "drop it, or run with --device cpu");
   require(!o.balance || !cuda_device,
           "--balance needs the CPU backend (a GPU's busy time needs device timers): drop it");
   require(!o.balance || !o.deterministic,
@@ -106,13 +109,24 @@ void validate_options(const TrainOptions& o, bool cuda_device) {
   require(o.synthetic_size >= 1, "--synthetic-size must be at least 1");
 }
 
+namespace {
+// "a/b/c" or "a,b,c": the pieces, empty ones kept (so that "88//40" is refused); none for "".
+std::vector<std::string> per_rank_pieces(const std::string& text) {
+  std::vector<std::string> pieces;
+  if (text.empty()) return pieces;
+  size_t pos = 0;
+  while (true) {
+    const size_t end = text.find_first_of("/,", pos);
+    pieces.push_back(text.substr(pos, end == std::string::npos ? end : end - pos));
+    if (end == std::string::npos) return pieces;
+    pos = end + 1;
+  }
+}
+}  // namespace
+
 std::vector<int64_t> parse_batch_split(const std::string& text) {
   std::vector<int64_t> sizes;
-  if (text.empty()) return sizes;
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    const size_t end = text.find_first_of("/,", pos);
-    const std::string piece = text.substr(pos, end == std::string::npos ? end : end - pos);
+  for (const std::string& piece : per_rank_pieces(text)) {
     size_t used = 0;
     long long n = 0;
     try {
@@ -125,10 +139,27 @@ std::vector<int64_t> parse_batch_split(const std::string& text) {
                        ": give one positive batch size per rank, as in 88/40");
     }
     sizes.push_back(n);
-    if (end == std::string::npos) break;
-    pos = end + 1;
   }
   return sizes;
+}
+
+std::vector<double> parse_busy_per_image(const std::string& text) {
+  std::vector<double> seconds;
+  for (const std::string& piece : per_rank_pieces(text)) {
+    size_t used = 0;
+    double v = -1;
+    try {
+      v = std::stod(piece, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (piece.empty() || used != piece.size() || !std::isfinite(v) || v < 0) {
+      throw UsageError("--test-busy-per-image " + text +
+                       ": give one finite number of seconds >= 0 per rank, as in 0.03/0.01");
+    }
+    seconds.push_back(v);
+  }
+  return seconds;
 }
 
 int auto_threads(int ranks_on_node) {

@@ -39,6 +39,12 @@ Trainer::Impl::Impl(const TrainOptions& options, World& w)
     backend = make_backend(bo);
     if (!o.batch_split.empty())  // on one rank too: a split for another world size is a mistake
       check_split(parse_batch_split(o.batch_split), world.size(), o.batch_size, "--batch-split");
+    if (!o.test_busy_per_image.empty()) {  // Note [Injected busy time]
+      const std::vector<double> per_rank = parse_busy_per_image(o.test_busy_per_image);
+      DDPV_CHECK(static_cast<int>(per_rank.size()) == world.size(), "--test-busy-per-image ",
+                 o.test_busy_per_image, ": give one value per rank (", world.size(), ")");
+      busy_per_image = per_rank[static_cast<size_t>(world.rank())];
+    }
     open_data();
     make_feeds();
     build_model();
@@ -264,7 +270,9 @@ void Trainer::Impl::train_step() {
   }
   ++step;
   ++epoch_step;
-  balance_busy += seconds_since(t_step) - (data_wait + comm_wait - waits_before);
+  const double injected = busy_per_image * samples;  // Note [Injected busy time]
+  injected_busy += injected;
+  balance_busy += seconds_since(t_step) - (data_wait + comm_wait - waits_before) + injected;
   balance_samples += samples;
 
   // Note [One agreement per step]: the stop request, divergence and the step's loss statistics

@@ -104,6 +104,9 @@ struct Trainer::Impl {
   // measurements
   Clock::time_point run_start;
   double train_seconds = 0, data_wait = 0, comm_wait = 0;
+  // Note [Injected busy time]: this rank's seconds per image from --test-busy-per-image, and
+  // what they have added to its busy time so far.
+  double busy_per_image = 0, injected_busy = 0;
   // Note [Steady throughput]: the first steps of a run build oneDNN primitives and touch fresh
   // memory, so the summary's images_per_s counts from the end of step kWarmupSteps of the run
   // (when the run has at least 2 * kWarmupSteps steps), less evaluation and checkpoint pauses;

@@ -133,16 +133,20 @@ RankSpread rank_spread(const std::vector<RankTimes>& ranks) {
   return s;
 }
 
+// Note [Rank times]: the busiest rank is called a straggler when it worked a tenth longer than
+// the others' median or more, over a stretch long enough that start-up (the first steps build
+// every primitive and touch fresh memory) does not decide it.
+bool is_straggler(const RankSpread& spread, int64_t steps) {
+  constexpr double kStragglerShare = 0.10;
+  constexpr int64_t kStragglerMinSteps = 50;
+  return spread.above_others >= kStragglerShare && steps >= kStragglerMinSteps;
+}
+
 // Note [Rank times]: every rank's three figures over the stretch, pooled by one allreduce
-// (each rank fills its own row), and the busiest rank's host, broadcast by it. The busiest is
-// called a straggler when it worked a tenth longer than the others' median or more, over a
-// stretch long enough that start-up (the first steps build every primitive and touch fresh
-// memory) does not decide it.
-constexpr double kStragglerShare = 0.10;
-constexpr int64_t kStragglerMinSteps = 50;
+// (each rank fills its own row), and the busiest rank's host, broadcast by it.
 
 RankTimes Trainer::Impl::my_times() const {
-  return {train_seconds - comm_wait - data_wait, comm_wait, data_wait};
+  return {train_seconds - comm_wait - data_wait + injected_busy, comm_wait, data_wait};
 }
 
 RankReport Trainer::Impl::pool_rank_times(const RankTimes& mark, int64_t steps) const {
@@ -158,7 +162,7 @@ RankReport Trainer::Impl::pool_rank_times(const RankTimes& mark, int64_t steps) 
   report.by_rank.resize(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) report.by_rank[r] = {rows[3 * r], rows[3 * r + 1], rows[3 * r + 2]};
   report.spread = rank_spread(report.by_rank);
-  report.straggler = report.spread.above_others >= kStragglerShare && steps >= kStragglerMinSteps;
+  report.straggler = is_straggler(report.spread, steps);
   char host[256] = {};
   if (me == report.spread.busiest) world.host().copy(host, sizeof(host) - 1);
   world.broadcast_bytes(host, sizeof(host), report.spread.busiest);

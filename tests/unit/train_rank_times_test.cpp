@@ -54,5 +54,19 @@ TEST(RankSpread, OddCountTiesAndEdges) {
   EXPECT_DOUBLE_EQ(none.max_s, 0.0);
 }
 
+TEST(Straggler, ATenthAboveTheOthersOverFiftySteps) {
+  // 11 against others of 10: exactly 10% above, at the bound; 10.9: 9%, below it.
+  const RankSpread at = rank_spread(busy({10, 11, 10, 10}));
+  ASSERT_DOUBLE_EQ(at.above_others, 0.1);
+  EXPECT_TRUE(is_straggler(at, 50));
+  EXPECT_TRUE(is_straggler(at, 1000));
+  // Fewer than 50 steps: start-up may be what made it busiest.
+  EXPECT_FALSE(is_straggler(at, 49));
+  EXPECT_FALSE(is_straggler(rank_spread(busy({10, 10.9, 10, 10})), 1000));
+  // Equal ranks, or one rank: nobody to hold back.
+  EXPECT_FALSE(is_straggler(rank_spread(busy({3, 3})), 1000));
+  EXPECT_FALSE(is_straggler(rank_spread(busy({30})), 1000));
+}
+
 }  // namespace
 }  // namespace ddpv

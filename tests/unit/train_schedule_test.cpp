@@ -116,6 +116,35 @@ TEST(Options, NonFiniteNumbersAndMoreThreadsThanTheAffinityMaskAreRefused) {
   EXPECT_NE(m.find("affinity mask"), std::string::npos) << m;
 }
 
+// Note [Injected busy time]: one finite value >= 0 per rank, separated like --batch-split's.
+TEST(Options, BusyPerImageTakesOneFiniteValuePerRank) {
+  EXPECT_TRUE(parse_busy_per_image("").empty());
+  EXPECT_EQ(parse_busy_per_image("0.03/0.01"), (std::vector<double>{0.03, 0.01}));
+  EXPECT_EQ(parse_busy_per_image("0,0,0,2e-2"), (std::vector<double>{0, 0, 0, 0.02}));
+  for (const char* bad : {"0.03/", "/0.01", "0.03//0.01", "-0.01", "inf", "nan", "0.01x", "x"}) {
+    try {
+      parse_busy_per_image(bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const UsageError& e) {
+      EXPECT_EQ(std::string(e.what()), std::string("--test-busy-per-image ") + bad +
+                                           ": give one finite number of seconds >= 0 per rank, "
+                                           "as in 0.03/0.01");
+    }
+  }
+  TrainOptions o;
+  o.synthetic = true;
+  o.test_busy_per_image = "0.01/0.02";
+  EXPECT_NO_THROW(validate_options(o, false));
+  // A GPU's rank times are not pooled, so there is nothing for it to feed there.
+  try {
+    validate_options(o, true);
+    ADD_FAILURE() << "accepted on a GPU";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("--test-busy-per-image needs the CPU backend", 0), 0u)
+        << e.what();
+  }
+}
+
 // The config rendering stored in checkpoints uses the command line's keys.
 TEST(Options, ConfigRenderingUsesOptionNames) {
   TrainOptions o;

@@ -46,6 +46,9 @@ struct TrainOptions {
   std::string batch_split;          // CPU: "88/40", each rank's batch (Note [Balanced batches])
   std::string mpi_progress = "nonblocking";  // nonblocking | thread (Note [Communication thread])
   double comm_timeout = 300;        // seconds; 0: no watchdog (Note [Stall watchdog])
+  // testing: "0.03/0.01", seconds of work each rank's timers count per image on top of what
+  // they measure (Note [Injected busy time]); not stored in checkpoints
+  std::string test_busy_per_image;
   // output and checkpoints
   std::string checkpoint_dir;
   int64_t checkpoint_every = 1;     // epochs; 0: only at the end
@@ -77,6 +80,16 @@ int auto_threads(int ranks_on_node);
 // --batch-split "88/40" (or "88,40"): one positive size per rank; throws a UsageError naming
 // the option otherwise. Empty for "".
 std::vector<int64_t> parse_batch_split(const std::string& text);
+
+// Note [Injected busy time]: the straggler report and --balance act on the ranks' busy times
+// (Note [Rank times]), which on a shared machine move with its load, so tests that make one
+// rank slow for real decide by the machine's mood. --test-busy-per-image gives each rank a
+// number of seconds per trained image that its timers count as work, without running any
+// slower: the report, the straggler rule and the balancer then see busy times that the test
+// chose (the measured part, milliseconds per step, is small beside them). CPU only, like the
+// figures it feeds. parse_busy_per_image() takes one finite value >= 0 per rank, as in
+// 0.03/0.01 (or 0.03,0.01), and throws a UsageError naming the option otherwise; empty for "".
+std::vector<double> parse_busy_per_image(const std::string& text);
 
 // One "key = value" line per option, as a config file takes them (stored in checkpoints).
 std::string options_to_config(const TrainOptions& o);

@@ -37,6 +37,9 @@ struct RankSpread {
   double above_others = 0;
 };
 RankSpread rank_spread(const std::vector<RankTimes>& ranks);
+// Whether the busiest rank held the others back over a stretch of `steps` steps: busy at least
+// 10% longer than the others' median, over at least 50 steps.
+bool is_straggler(const RankSpread& spread, int64_t steps);
 
 // What the ranks' timers say over a stretch of training: a run, or an epoch of it.
 struct RankReport {
