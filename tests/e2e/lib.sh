@@ -12,24 +12,6 @@ trap 'kill -9 $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 mpirun_np() { local np=$1; shift; "${DDPV_MPIRUN:-mpirun}" -np "$np" "${MPIRUN_ARGS[@]}" "$@"; }
 MPI2=("${DDPV_MPIRUN:-mpirun}" -np 2 "${MPIRUN_ARGS[@]}")  # for commands run under `timeout`
-# Put before a rank's command to make it the slow one: throttle.py stops it two thirds of
-# every 3 ms, as on a throttled or shared node, on any CPU and under sanitizers. On 2 cores,
-# with a second test running beside it, its busy time was 2.6-4 times the other's with two
-# ranks and 1.5-1.85 times the others' median with four.
-# Slower kernels (oneDNN's direct convolutions, DDPV_CPU_CONV=direct, about twice our
-# Winograd's step on an idle core) were not enough: with a second test running beside them
-# the slow rank's busy time fell to 1.37 times the other's, and a CI run had two fast ranks
-# of four within 5% of the slow one; and sanitizers slow our kernels, not oneDNN's. The period
-# is short so that a step of a few milliseconds, whatever its share of the batch, spans
-# several: at 20 ms a small share fit in the running part and looked fast again.
-SLOW_RANK=("$PY" "$SRC/tests/e2e/throttle.py" 0.67 3 --)
-# slow_rank_job FAST SLOW ORDER ARGS...: mpirun's MPMD arguments for FAST ranks of ddpv-train
-# ARGS as they are and SLOW under SLOW_RANK, in ORDER (fast-first or slow-first), in JOB.
-slow_rank_job() {
-  local fast=$1 slow=$2 order=$3; shift 3
-  local f=(-np "$fast" "$BIN/ddpv-train" "$@") s=(-np "$slow" "${SLOW_RANK[@]}" "$BIN/ddpv-train" "$@")
-  if [ "$order" = fast-first ]; then JOB=("${f[@]}" : "${s[@]}"); else JOB=("${s[@]}" : "${f[@]}"); fi
-}
 
 # make_store DIR [make_tiny_store.py args...] -> DIR/tiny.h5
 make_store() {
