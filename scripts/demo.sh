@@ -35,7 +35,7 @@ ips=$(summary images_per_s)
 if "$PY" -c "import matplotlib" 2>/dev/null; then
   "$PY" scripts/plot_metrics.py "$OUT/run.jsonl" -o "$OUT/run.png" >/dev/null && plot="$OUT/run.png"
 else
-  plot="(matplotlib not installed: scripts/install-deps.sh --bench)"
+  plot="(matplotlib not installed: scripts/install-deps.sh)"
 fi
 echo
 printf '== test accuracy %.2f%%, %.0f images/s (2 ranks)\n' "$("$PY" -c "print(100*$acc)")" "$ips"

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs every Debian package that the build, the tests, the demo and the benchmarks need,
 # and only those that are missing. Idempotent: a second run installs nothing.
-#   scripts/install-deps.sh            build + test dependencies
-#   scripts/install-deps.sh --bench    also PyTorch, OpenBLAS and tcmalloc (the benchmark
-#                                      peer, golden files, export test)
+#   scripts/install-deps.sh            build + test dependencies (PyTorch among them: the
+#                                      export test loads our checkpoints into torch)
+#   scripts/install-deps.sh --bench    also OpenBLAS and tcmalloc (the benchmark peer's BLAS
+#                                      and allocator)
 #   scripts/install-deps.sh --cluster  also Slurm and munge (tests/cluster)
 #   scripts/install-deps.sh --fuzz     also clang and its sanitizer and libFuzzer runtimes
 #                                      (make fuzz)
@@ -20,15 +21,15 @@ packages=(
   zlib1g-dev libjpeg-dev libpng-dev   # ddpv-convert: gzip IDX, JPEG, PNG
   dataset-fashion-mnist               # the real data of `make demo`
   python3 python3-numpy python3-h5py python3-matplotlib  # scripts/, plots, test fixtures
+  python3-torch                       # e2e.export_torch_test, golden files, the bench peer
 )
 for arg in "$@"; do
   case "$arg" in
     # the PyTorch peer, its BLAS and its allocator (Note [Peer allocator], bench/peer/torch_ddp.py)
-    --bench) packages+=(python3-torch libopenblas0-pthread libtcmalloc-minimal4) ;;
+    --bench) packages+=(libopenblas0-pthread libtcmalloc-minimal4) ;;
     --cluster) packages+=(slurm-wlm munge iproute2) ;;
-    --torch) packages+=(python3-torch) ;;
     --fuzz) packages+=(clang libclang-rt-14-dev) ;;
-    *) echo "install-deps.sh: unknown option '$arg' (use --bench, --torch, --cluster or --fuzz)" >&2; exit 2 ;;
+    *) echo "install-deps.sh: unknown option '$arg' (use --bench, --cluster or --fuzz)" >&2; exit 2 ;;
   esac
 done
 
