@@ -146,20 +146,17 @@ void Trainer::Impl::make_update() {
   if (!o.no_shared_update && o.reduce_dtype != "bf16") {
     shared = SharedUpdate::create(world, *model, &why_not);
   }
-  std::string how;
   if (shared) {
-    how = shared->summary();
+    gradients = make_shared_path(*shared);
   } else {
     GradReducerOptions ro;
     ro.overlap = !o.no_overlap;
     ro.reduce_type = o.reduce_dtype == "bf16" ? CommType::kBF16 : CommType::kF32;
     ro.backend = backend.get();
-    reducer = std::make_unique<GradReducer>(BucketPlan(model->params(), o.bucket_mb), *comm,
-                                            model->grad_data(), ro);
-    how =
-        comm->name() + (o.reduce_dtype == "bf16" ? " in bf16; " : "; ") + reducer->plan().summary();
-    if (world.size() > 1 && backend->device() == Device::kCpu) how += " (" + why_not + ")";
+    gradients = make_reducer_path(*model, *backend, *comm, spans, o.bucket_mb, ro);
   }
+  std::string how = gradients->summary();
+  if (!shared && world.size() > 1 && backend->device() == Device::kCpu) how += " (" + why_not + ")";
   if (world.is_root()) {
     const std::string summary = model->summary();
     const size_t first = summary.find('\n');
@@ -179,119 +176,117 @@ void Trainer::Impl::throw_diverged(const std::string& what) const {
 }
 
 namespace {
-// Names of the trainer's own phases in the layer profile (Note [Layer profile]).
+// Names of the trainer's own phases in the layer profile (Note [Layer profile]); the gradient
+// path names its own kinds.
 const std::string kProfData = "data", kProfDataKind = "batch from the loader";
 const std::string kProfLoss = "loss", kProfLossKind = "softmax cross-entropy";
-const std::string kProfReduce = "gradient allreduce", kProfReduceKind = "wait after backward";
-const std::string kProfUpdate = "optimizer", kProfUpdateKind = "sgd update",
-                  kProfSharedKind = "shared update (+ wait)";
+const std::string kProfReduce = "gradient allreduce", kProfUpdate = "optimizer";
 const std::string kProfAgree = "step agreement", kProfAgreeKind = "loss and stop allreduce";
 }  // namespace
 
-// One optimizer step: accum_steps micro-batches, the last of which reduces the gradients.
+// One optimizer step: accum_steps micro-batches, one update (Note [One gradient path]), and
+// the ranks' agreement on what the step did.
 void Trainer::Impl::train_step() {
   // The profile leaves out the warm-up steps (cuDNN's algorithm search, first allocations).
   LayerProfile& profile = LayerProfile::get();
   profile.enable(o.profile_layers && step - run_start_step >= kWarmupSteps);
-  Backend* timed = backend.get();
-  double loss_sum = 0, correct = 0, samples = 0;
-  bool finite = true;
-  comm->set_step(step);                      // named by the watchdog when a collective hangs
-  StallWatch& watch = *world.stall_watch();  // Note [Stall watchdog]
-  watch.set_step(step);
+  comm->set_step(step);  // named by the watchdog when a collective hangs
+  world.stall_watch()->set_step(step);
   const auto t_step = Clock::now();
   const double waits_before = data_wait + comm_wait;
-  for (int k = 0; k < o.accum_steps; ++k) {
-    const auto t_data = Clock::now();
-    watch.set_phase(Phase::kData);
-    std::optional<DeviceFeed::Ready> batch;
-    {
-      ProfileScope scope(timed, kProfData, kProfDataKind, ProfilePhase::kOther);
-      batch = train_feed->next();
-    }
-    DDPV_CHECK(batch.has_value(), "the data ran out inside epoch ", epoch, " at step ", epoch_step,
-               " (internal: steps per epoch disagree)");
-    if (balancer) train_source->push_split(balancer->sizes());  // Note [Balanced batches]
-    const Tensor& x = batch->images;
-    const Tensor& y = batch->labels;
-    data_wait += seconds_since(t_data);
-    watch.set_phase(Phase::kCompute);
+  StepTotals mine;
+  bool finite = true;
+  for (int k = 0; k < o.accum_steps; ++k) finite = micro_batch(k, mine) && finite;
+  const double lr = update();
+  ++step;
+  ++epoch_step;
+  const double injected = busy_per_image * mine.samples;  // Note [Injected busy time]
+  injected_busy += injected;
+  balance_busy += seconds_since(t_step) - (data_wait + comm_wait - waits_before) + injected;
+  balance_samples += mine.samples;
+  agree(finite, mine, lr);
+  if (profile.enabled()) profile.add_step();
+  profile.enable(false);  // evaluation is not profiled
+  if (balancer && o.balance) balance_step();
+}
 
-    const int n = static_cast<int>(x.shape()[0]);
-    const Tensor& logits = model->forward(x, /*training=*/true);
-    {
-      ProfileScope scope(timed, kProfLoss, kProfLossKind, ProfilePhase::kOther);
-      const LossResult r = loss_op->forward(n, logits.data<float>(), y.data<int32_t>());
-      finite = finite && std::isfinite(r.loss_sum);
-      loss_sum += r.loss_sum;
-      correct += static_cast<double>(r.correct);
-      samples += n;
-      ensure_tensor(dlogits, logits.shape(), *backend);
-      // The batch's share of the step's mean: 1 / n, or W / G of a balanced split.
-      const float scale = balancer
-                              ? static_cast<float>(world.size()) / static_cast<float>(batch->global)
-                              : 1.0f / static_cast<float>(n);
-      loss_op->backward(n, y.data<int32_t>(), dlogits.data<float>(), scale);
-    }
-    if (reducer) reducer->set_sync(k == o.accum_steps - 1);
-    // The shared update hears of final gradients in the last backward of the step only.
-    GradReadyFn ready;
-    if (reducer) {
-      ready = reducer->ready_fn();
-    } else if (shared && k == o.accum_steps - 1) {
-      ready = shared->ready_fn();
-    }
-    model->backward(dlogits, /*accumulate=*/k > 0, ready);
-    const auto t_next = Clock::now();
-    train_feed->done();  // the next batch uploads while this backward runs (Note [Two slots])
-    data_wait += seconds_since(t_next);
-    if (reducer) {
-      watch.set_phase(Phase::kGradients);
-      ProfileScope scope(timed, kProfReduce, kProfReduceKind, ProfilePhase::kOther);
-      const auto t_comm = Clock::now();
-      reducer->wait();
-      comm_wait += seconds_since(t_comm);
-    }
+// Micro-batch k of the step: its batch, forward, loss and backward, the gradients accumulated
+// (k > 0) and handed to the gradient path. Adds this rank's loss sum, correct predictions and
+// samples to `mine`; false when the loss was not finite.
+bool Trainer::Impl::micro_batch(int k, StepTotals& mine) {
+  Backend* timed = backend.get();
+  StallWatch& watch = *world.stall_watch();  // Note [Stall watchdog]
+  const auto t_data = Clock::now();
+  watch.set_phase(Phase::kData);
+  std::optional<DeviceFeed::Ready> batch;
+  {
+    ProfileScope scope(timed, kProfData, kProfDataKind, ProfilePhase::kOther);
+    batch = train_feed->next();
   }
+  DDPV_CHECK(batch.has_value(), "the data ran out inside epoch ", epoch, " at step ", epoch_step,
+             " (internal: steps per epoch disagree)");
+  if (balancer) train_source->push_split(balancer->sizes());  // Note [Balanced batches]
+  const Tensor& x = batch->images;
+  const Tensor& y = batch->labels;
+  data_wait += seconds_since(t_data);
+  watch.set_phase(Phase::kCompute);
+
+  const int n = static_cast<int>(x.shape()[0]);
+  const Tensor& logits = model->forward(x, /*training=*/true);
+  bool finite = true;
+  {
+    ProfileScope scope(timed, kProfLoss, kProfLossKind, ProfilePhase::kOther);
+    const LossResult r = loss_op->forward(n, logits.data<float>(), y.data<int32_t>());
+    finite = std::isfinite(r.loss_sum);
+    mine.add(r.loss_sum, static_cast<double>(r.correct), n);
+    ensure_tensor(dlogits, logits.shape(), *backend);
+    // The batch's share of the step's mean: 1 / n, or W / G of a balanced split.
+    const float scale = balancer
+                            ? static_cast<float>(world.size()) / static_cast<float>(batch->global)
+                            : 1.0f / static_cast<float>(n);
+    loss_op->backward(n, y.data<int32_t>(), dlogits.data<float>(), scale);
+  }
+  model->backward(dlogits, /*accumulate=*/k > 0, gradients->ready_fn(k == o.accum_steps - 1));
+  const auto t_next = Clock::now();
+  train_feed->done();  // the next batch uploads while this backward runs (Note [Two slots])
+  data_wait += seconds_since(t_next);
+  const std::string& exchange = gradients->exchange_kind();
+  if (!exchange.empty()) {
+    watch.set_phase(Phase::kGradients);
+    ProfileScope scope(timed, kProfReduce, exchange, ProfilePhase::kOther);
+    comm_wait += gradients->finish_backward();
+  }
+  return finite;
+}
+
+// The step's update on the gradients summed over the ranks; returns its learning rate.
+double Trainer::Impl::update() {
   const double lr = schedule->at(step);
   sgd.lr = static_cast<float>(lr);
   // Gradients are summed over ranks, so 1 / world size averages them (Note [Folded averaging]).
   sgd.grad_scale = 1.0f / static_cast<float>(world.size()) / static_cast<float>(o.accum_steps);
-  {
-    ProfileScope scope(timed, kProfUpdate, shared ? kProfSharedKind : kProfUpdateKind,
-                       ProfilePhase::kOther);
-    if (shared) {
-      watch.set_phase(Phase::kGradients);
-      comm_wait += shared->step(sgd);
-    } else {
-      backend->sgd_update(sgd, spans, model->param_count(), model->param_data(), model->grad_data(),
-                          model->momentum_data());
-    }
-  }
-  ++step;
-  ++epoch_step;
-  const double injected = busy_per_image * samples;  // Note [Injected busy time]
-  injected_busy += injected;
-  balance_busy += seconds_since(t_step) - (data_wait + comm_wait - waits_before) + injected;
-  balance_samples += samples;
+  ProfileScope scope(backend.get(), kProfUpdate, gradients->update_kind(), ProfilePhase::kOther);
+  world.stall_watch()->set_phase(Phase::kGradients);
+  comm_wait += gradients->apply(sgd);
+  return lr;
+}
 
-  // Note [One agreement per step]: the stop request, divergence and the step's loss statistics
-  // travel in one small allreduce, so all ranks stop after the same step (Note [Stop signals])
-  // and rank 0 reports exact global figures.
-  // The stop request is a count of ranks per stop signal: with one flag, a rank that had not
-  // received the signal yet (mpirun forwards it to each rank in turn) stopped without knowing
-  // which signal, and rank 0 then named neither the signal nor the checkpoint after it.
+// Note [One agreement per step]: the stop request, divergence and the step's loss statistics
+// travel in one small allreduce, so all ranks stop after the same step (Note [Stop signals])
+// and rank 0 reports exact global figures.
+// The stop request is a count of ranks per stop signal: with one flag, a rank that had not
+// received the signal yet (mpirun forwards it to each rank in turn) stopped without knowing
+// which signal, and rank 0 then named neither the signal nor the checkpoint after it.
+void Trainer::Impl::agree(bool finite, const StepTotals& mine, double lr) {
   constexpr int kSignals = static_cast<int>(std::size(kStopSignals));
-  double agree[4 + kSignals] = {finite ? 0.0 : 1.0, loss_sum, correct, samples};
+  double agree[4 + kSignals] = {finite ? 0.0 : 1.0, mine.loss_sum, mine.correct, mine.samples};
   const int seen = stop_signal_received();
   for (int k = 0; k < kSignals; ++k) agree[4 + k] = seen == kStopSignals[k];
   {
-    watch.set_phase(Phase::kAgreement);
-    ProfileScope scope(timed, kProfAgree, kProfAgreeKind, ProfilePhase::kOther);
+    world.stall_watch()->set_phase(Phase::kAgreement);
+    ProfileScope scope(backend.get(), kProfAgree, kProfAgreeKind, ProfilePhase::kOther);
     world.allreduce_sum(agree, 4 + kSignals);
   }
-  if (profile.enabled()) profile.add_step();
-  profile.enable(false);  // evaluation is not profiled
   if (agree[0] > 0) throw_diverged("the loss became NaN or Inf");
   images += agree[3];
   epoch_totals.add(agree[1], agree[2], agree[3]);
@@ -303,7 +298,6 @@ void Trainer::Impl::train_step() {
     }
   }
   if (step % o.log_every == 0) log_step(lr, log_totals.loss(), log_totals.acc());
-  if (balancer && o.balance) balance_step();
 }
 
 // Note [Balanced batches]: the first window starts after the warm-up steps (primitives built,

@@ -9,7 +9,6 @@
 #include "ddpv/core/clock.hpp"
 #include "ddpv/data/image_store.hpp"
 #include "ddpv/dist/communicator.hpp"
-#include "ddpv/dist/grad_reducer.hpp"
 #include "ddpv/dist/shared_update.hpp"
 #include "ddpv/dist/world.hpp"
 #include "ddpv/nn/model.hpp"
@@ -21,6 +20,7 @@
 #include "train/batch_source.hpp"
 #include "train/console.hpp"
 #include "train/device_feed.hpp"
+#include "train/gradient_path.hpp"
 
 namespace ddpv {
 
@@ -44,10 +44,13 @@ struct Trainer::Impl {
   void make_feeds();
   void build_model();
   void connect();      // the communicator; every rank takes rank 0's model and position
-  void make_update();  // the shared update or the gradient reducer
+  void make_update();  // the gradient path: the shared update or the reducer
   // the loop (trainer.cpp)
   TrainSummary run();
   void train_step();
+  bool micro_batch(int k, StepTotals& mine);  // false: the loss was not finite
+  double update();                            // returns the step's learning rate
+  void agree(bool finite, const StepTotals& mine, double lr);
   [[noreturn]] void throw_diverged(const std::string& what) const;  // on every rank at once
   int64_t global_batch() const { return o.batch_size * world.size() * o.accum_steps; }
   // checkpoints and resume (trainer_checkpoint.cpp)
@@ -79,7 +82,8 @@ struct Trainer::Impl {
   std::unique_ptr<SharedUpdate> shared;
   std::unique_ptr<Model> model;
   std::unique_ptr<Communicator> comm;
-  std::unique_ptr<GradReducer> reducer;  // null with the shared update
+  // Note [One gradient path]; after the communicator and the model, which a reducer uses.
+  std::unique_ptr<GradientPath> gradients;
   std::unique_ptr<SoftmaxCrossEntropyOp> loss_op;
   std::vector<ParamSpan> spans;
   SgdConfig sgd;
