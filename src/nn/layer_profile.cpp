@@ -9,11 +9,6 @@
 
 namespace ddpv {
 
-LayerProfile& LayerProfile::get() {
-  static LayerProfile profile;
-  return profile;
-}
-
 void LayerProfile::reset() {
   entries_.clear();
   steps_ = 0;
@@ -91,8 +86,10 @@ std::string LayerProfile::report() const {
 
 ProfileScope::ProfileScope(Backend* backend, const std::string& name, const std::string& kind,
                            ProfilePhase phase) {
-  if (backend == nullptr || !LayerProfile::get().enabled()) return;
+  LayerProfile* profile = backend ? backend->profile() : nullptr;
+  if (profile == nullptr || !profile->enabled()) return;
   backend_ = backend;
+  profile_ = profile;
   name_ = &name;
   kind_ = &kind;
   phase_ = phase;
@@ -108,7 +105,7 @@ ProfileScope::~ProfileScope() {
     return;
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  LayerProfile::get().add(*name_, *kind_, phase_, s);
+  profile_->add(*name_, *kind_, phase_, s);
 }
 
 }  // namespace ddpv

@@ -37,6 +37,7 @@ Trainer::Impl::Impl(const TrainOptions& options, World& w)
     bo.precision = parse_precision(o.precision);
     bo.deterministic = o.deterministic;
     backend = make_backend(bo);
+    if (o.profile_layers) backend->set_profile(&profile);  // Note [Layer profile]
     if (!o.batch_split.empty())  // on one rank too: a split for another world size is a mistake
       check_split(parse_batch_split(o.batch_split), world.size(), o.batch_size, "--batch-split");
     if (!o.test_busy_per_image.empty()) {  // Note [Injected busy time]
@@ -188,7 +189,6 @@ const std::string kProfAgree = "step agreement", kProfAgreeKind = "loss and stop
 // the ranks' agreement on what the step did.
 void Trainer::Impl::train_step() {
   // The profile leaves out the warm-up steps (cuDNN's algorithm search, first allocations).
-  LayerProfile& profile = LayerProfile::get();
   profile.enable(o.profile_layers && step - run_start_step >= kWarmupSteps);
   comm->set_step(step);  // named by the watchdog when a collective hangs
   world.stall_watch()->set_step(step);
@@ -381,7 +381,7 @@ TrainSummary Trainer::Impl::run() {
   train_end = Clock::now();
   paused_at_end = paused;
   world.stall_watch()->set_phase(Phase::kFinish);
-  if (o.profile_layers && world.is_root()) std::fputs(LayerProfile::get().report().c_str(), stdout);
+  if (o.profile_layers && world.is_root()) std::fputs(profile.report().c_str(), stdout);
   if (!o.checkpoint_dir.empty() && last_checkpoint_step != step) {
     save(stop_signal ? signal_name(stop_signal) : "end");
   }

@@ -11,6 +11,7 @@
 #include "ddpv/dist/communicator.hpp"
 #include "ddpv/dist/shared_update.hpp"
 #include "ddpv/dist/world.hpp"
+#include "ddpv/nn/layer_profile.hpp"
 #include "ddpv/nn/model.hpp"
 #include "ddpv/train/checkpoint.hpp"
 #include "ddpv/train/metrics.hpp"
@@ -70,6 +71,7 @@ struct Trainer::Impl {
 
   TrainOptions o;
   World& world;
+  LayerProfile profile;  // --profile-layers: the backend's (Note [Layer profile]); outlives it
   std::unique_ptr<Backend> backend;
   std::unique_ptr<ImageStore> store;
   SourceShape shape;

@@ -348,11 +348,22 @@ TEST(ModelTest, LayerProfileTimesEveryLayer) {
     m->forward(x, true);
     m->backward(d, false);
   };
-  LayerProfile& profile = LayerProfile::get();
+  LayerProfile profile;
+  be->set_profile(&profile);
   profile.reset();
   step();  // profiling off: nothing is recorded
   profile.add_step();
   EXPECT_NE(profile.report().find("no step was timed"), std::string::npos) << profile.report();
+
+  // A profile that is enabled but not the backend's records nothing either: there is no
+  // process-wide one.
+  LayerProfile other;
+  other.enable(true);
+  be->set_profile(nullptr);
+  step();
+  other.add_step();
+  EXPECT_NE(other.report().find("no step was timed"), std::string::npos) << other.report();
+  be->set_profile(&profile);
 
   profile.reset();
   profile.enable(true);
@@ -376,13 +387,15 @@ TEST(ModelTest, LayerProfileTimesEveryLayer) {
         "layer1.0.add ", "layer2.0.downsample.0 ", "layer3.2.add ", "avgpool ", "fc "})
     EXPECT_NE(report.find(std::string("  ") + layer), std::string::npos) << layer << "\n" << report;
   EXPECT_EQ(report.find("  layer1.0 "), std::string::npos) << "a block is not a row of its own";
-  // "... 3 steps, T ms per step timed": T is most of the wall time, and no more than it.
+  // "... 3 steps, T ms per step timed": T is positive and no more than the wall time (the
+  // scopes lie inside it). How much of the wall time they cover depends on the machine's load,
+  // so no lower bound is asserted.
   const size_t at = report.find("steps, ");
   ASSERT_NE(at, std::string::npos) << report;
   const double timed_ms = std::atof(report.c_str() + at + 7);
   EXPECT_NE(report.find("3 steps"), std::string::npos) << report;
   EXPECT_LE(timed_ms, wall_ms * 1.01) << report;
-  EXPECT_GE(timed_ms, wall_ms * 0.8) << report;
+  EXPECT_GT(timed_ms, 0) << report;
 }
 
 }  // namespace

@@ -289,10 +289,18 @@ struct BackendOptions {
   bool fuse_layers = true;
 };
 
+class LayerProfile;
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual Device device() const = 0;
+
+  // Note [Layer profile]: the profile that timed scopes on this backend add to (ProfileScope,
+  // in nn); null, the default, times nothing. The caller owns it and keeps it alive while set.
+  void set_profile(LayerProfile* profile) { profile_ = profile; }
+  LayerProfile* profile() const { return profile_; }
+
   virtual std::string name() const = 0;  // "cpu (oneDNN 2.6.3, 1 thread)"
 
   // Memory of the device, and host memory fit for fast copies to it (pinned on a GPU).
@@ -360,6 +368,9 @@ class Backend {
   virtual void sgd_update_sum(const SgdConfig& cfg, const std::vector<ParamSpan>& spans,
                               int64_t count, float* param, const std::vector<const float*>& grads,
                               float* momentum);
+
+ private:
+  LayerProfile* profile_ = nullptr;
 };
 
 // The registry: the one place that knows which backends were compiled in.

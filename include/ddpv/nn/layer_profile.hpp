@@ -20,10 +20,10 @@ enum class ProfilePhase { kForward, kBackward, kOther };
 // its overlap of launches with compute, and the comm stream its overlap with backward: a
 // profiled run is slower than an unprofiled one, and its per-layer times add up to more than
 // the unprofiled step. The profile says where the time goes, not how fast the run is.
+// A profile is off until enable(); the trainer owns one and hands it to its backend
+// (Backend::set_profile), where every ProfileScope of that backend's layers finds it.
 class LayerProfile {
  public:
-  static LayerProfile& get();  // one per process, off until enable()
-
   void enable(bool on) { enabled_ = on; }
   bool enabled() const { return enabled_; }
   void reset();  // forget what was timed
@@ -47,8 +47,8 @@ class LayerProfile {
   std::map<std::string, Entry> entries_;
 };
 
-// Times a scope into the profile when it is enabled (nothing otherwise): synchronizes the
-// backend at both ends (Note [Layer profile]).
+// Times a scope into the backend's profile when it has one and it is enabled (nothing
+// otherwise): synchronizes the backend at both ends (Note [Layer profile]).
 class ProfileScope {
  public:
   ProfileScope(Backend* backend, const std::string& name, const std::string& kind,
@@ -59,6 +59,7 @@ class ProfileScope {
 
  private:
   Backend* backend_ = nullptr;  // null: profiling is off
+  LayerProfile* profile_ = nullptr;
   const std::string* name_ = nullptr;
   const std::string* kind_ = nullptr;
   ProfilePhase phase_ = ProfilePhase::kOther;
