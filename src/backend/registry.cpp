@@ -9,21 +9,21 @@
 
 namespace ddpv {
 
-Precision parse_precision(const std::string& name) {
-  if (name == "fp32" || name == "f32") return Precision::kF32;
-  if (name == "bf16") return Precision::kBF16;
-  if (name == "fp16" || name == "f16") return Precision::kF16;
-  DDPV_FAIL("unknown precision '", name, "': use fp32, bf16 or fp16");
+std::span<const ChoiceWord<Precision>> choices(Precision) {
+  static constexpr ChoiceWord<Precision> kWords[] = {{"fp32", Precision::kF32},
+                                                     {"bf16", Precision::kBF16},
+                                                     {"fp16", Precision::kF16},
+                                                     {"f32", Precision::kF32},
+                                                     {"f16", Precision::kF16}};
+  return kWords;
 }
 
-const char* precision_name(Precision p) {
-  switch (p) {
-    case Precision::kF32: return "fp32";
-    case Precision::kBF16: return "bf16";
-    case Precision::kF16: return "fp16";
-  }
-  return "?";
+Precision parse_precision(const std::string& name) {
+  if (const auto p = find_choice<Precision>(name)) return *p;
+  DDPV_FAIL("unknown precision '", name, "': use ", choice_list<Precision>());
 }
+
+const char* precision_name(Precision p) { return choice_name(p); }
 
 void Backend::sgd_update_sum(const SgdConfig&, const std::vector<ParamSpan>&, int64_t, float*,
                              const std::vector<const float*>&, float*) {
@@ -47,19 +47,26 @@ int cuda_device_count() {
 #endif
 }
 
-Device resolve_device(const std::string& name) {
-  if (name == "cpu") return Device::kCpu;
-  if (name == "cuda" || name == "gpu") {
-    DDPV_CHECK(cuda_backend_compiled(),
-               "--device cuda: this build has no CUDA backend (rebuild with WITH_CUDA=ON in "
-               "Makefile.inc on a machine with the CUDA toolkit, cuDNN and NCCL)");
-    DDPV_CHECK(cuda_device_count() > 0,
-               "--device cuda: no CUDA device is visible on this host (check nvidia-smi and "
-               "CUDA_VISIBLE_DEVICES, or use --device cpu)");
-    return Device::kCuda;
+std::span<const ChoiceWord<DeviceChoice>> choices(DeviceChoice) {
+  static constexpr ChoiceWord<DeviceChoice> kWords[] = {
+      {"auto", DeviceChoice::kAuto}, {"cpu", DeviceChoice::kCpu}, {"cuda", DeviceChoice::kCuda},
+      {"gpu", DeviceChoice::kCuda}};
+  return kWords;
+}
+
+Device resolve_device(DeviceChoice choice) {
+  switch (choice) {
+    case DeviceChoice::kCpu: return Device::kCpu;
+    case DeviceChoice::kAuto: return cuda_device_count() > 0 ? Device::kCuda : Device::kCpu;
+    case DeviceChoice::kCuda: break;
   }
-  if (name == "auto") return cuda_device_count() > 0 ? Device::kCuda : Device::kCpu;
-  DDPV_FAIL("unknown device '", name, "': use auto, cpu or cuda");
+  DDPV_CHECK(cuda_backend_compiled(),
+             "--device cuda: this build has no CUDA backend (rebuild with WITH_CUDA=ON in "
+             "Makefile.inc on a machine with the CUDA toolkit, cuDNN and NCCL)");
+  DDPV_CHECK(cuda_device_count() > 0,
+             "--device cuda: no CUDA device is visible on this host (check nvidia-smi and "
+             "CUDA_VISIBLE_DEVICES, or use --device cpu)");
+  return Device::kCuda;
 }
 
 std::unique_ptr<Backend> make_backend(const BackendOptions& options) {

@@ -361,10 +361,10 @@ class MpiCommunicator final : public Communicator {
 
 }  // namespace
 
-MpiProgress parse_mpi_progress(const std::string& name) {
-  if (name == "thread") return MpiProgress::kThread;
-  if (name == "nonblocking") return MpiProgress::kNonBlocking;
-  DDPV_FAIL("unknown MPI progress mode '", name, "': use thread or nonblocking");
+std::span<const ChoiceWord<MpiProgress>> choices(MpiProgress) {
+  static constexpr ChoiceWord<MpiProgress> kWords[] = {{"nonblocking", MpiProgress::kNonBlocking},
+                                                       {"thread", MpiProgress::kThread}};
+  return kWords;
 }
 
 std::unique_ptr<Communicator> make_mpi_communicator(const World& world, MpiProgress progress) {

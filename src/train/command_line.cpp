@@ -5,15 +5,44 @@
 #include <cctype>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <sstream>
 
 #include "ddpv/backend/backend.hpp"
 #include "ddpv/core/error.hpp"
 
 namespace ddpv {
+
+// Boost.Program_options reads a value of type E through validate(), found by argument-dependent
+// lookup; for an enum with a table of words (Note [Choices]) this one takes exactly those words
+// and refuses any other naming them all. Boost fills in the option's name as the user wrote it
+// (--precision on the command line, precision in a config file). Declared before its first use
+// in describe(), and at namespace scope so that lookup finds it.
+template <class E, class = decltype(choices(E{}))>
+void validate(boost::any& value, const std::vector<std::string>& words, E*, int) {
+  namespace po = boost::program_options;
+  po::validators::check_first_occurrence(value);
+  const std::string& word = po::validators::get_single_string(words);
+  const std::optional<E> e = find_choice<E>(word);
+  if (!e) {
+    // Note [Placeholders in values]: the word holds no %token%, so it may be part of the
+    // template (Boost's own %value% is emptied when it adds the option's name).
+    throw po::error_with_option_name("the argument ('" + word +
+                                     "') for option '%canonical_option%' is invalid: use " +
+                                     choice_list<E>());
+  }
+  value = *e;
+}
+
 namespace {
 
 namespace po = boost::program_options;
+
+// An option whose value is one of an enum's words (Note [Choices]), with the default shown.
+template <class E>
+po::typed_value<E>* choice(E* field) {
+  return po::value(field)->default_value(*field, choice_name(*field));
+}
 
 po::options_description describe(TrainOptions& o) {
   po::options_description data("Data");
@@ -28,9 +57,9 @@ po::options_description describe(TrainOptions& o) {
   po::options_description model("Model and device");
   model.add_options()
     ("model", po::value(&o.model)->default_value(o.model), "lenet | resnet20 | resnet56 | resnet18 | resnet50")
-    ("device", po::value(&o.device)->default_value(o.device), "auto | cpu | cuda (auto: a GPU when one is visible)")
-    ("precision", po::value(&o.precision)->default_value(o.precision), "fp32 | bf16 (bf16: CUDA only; fp16: not implemented yet)")
-    ("reduce-dtype", po::value(&o.reduce_dtype)->default_value(o.reduce_dtype), "gradient allreduce type: fp32, or bf16 (half the bytes, rounded gradients)")
+    ("device", choice(&o.device), "auto | cpu | cuda (auto: a GPU when one is visible)")
+    ("precision", choice(&o.precision), "fp32 | bf16 (bf16: CUDA only; fp16: not implemented yet)")
+    ("reduce-dtype", choice(&o.reduce_dtype), "gradient allreduce type: fp32, or bf16 (half the bytes, rounded gradients)")
     ("threads", po::value(&o.threads)->default_value(o.threads), "CPU threads per rank (0: this rank's share of the node's cores)");
   po::options_description opt("Optimisation");
   opt.add_options()
@@ -42,7 +71,7 @@ po::options_description describe(TrainOptions& o) {
     ("momentum", po::value(&o.momentum)->default_value(o.momentum), "SGD momentum")
     ("nesterov", po::bool_switch(&o.nesterov), "Nesterov momentum")
     ("weight-decay", po::value(&o.weight_decay)->default_value(o.weight_decay), "L2 weight decay (not on BatchNorm parameters and biases)")
-    ("lr-schedule", po::value(&o.lr_schedule)->default_value(o.lr_schedule), "constant | step | cosine")
+    ("lr-schedule", choice(&o.lr_schedule), "constant | step | cosine")
     ("warmup-epochs", po::value(&o.warmup_epochs)->default_value(o.warmup_epochs), "linear warmup (epochs, fractions allowed)")
     ("accum-steps", po::value(&o.accum_steps)->default_value(o.accum_steps), "micro-batches per optimizer step (gradient accumulation)")
     ("seed", po::value(&o.seed)->default_value(o.seed), "seed of initialisation, shuffling and augmentation")
@@ -54,7 +83,7 @@ po::options_description describe(TrainOptions& o) {
     ("no-shared-update", po::bool_switch(&o.no_shared_update), "CPU: a model copy per rank and an MPI allreduce, even for ranks that share a node")
     ("balance", po::bool_switch(&o.balance), "CPU: split each step's global batch among the ranks by their measured speed, so a slower node takes fewer samples instead of holding the others back")
     ("batch-split", po::value(&o.batch_split), "CPU: each rank's batch, as in 88/40 (summing to ranks x --batch-size): a fixed split, or --balance's first")
-    ("mpi-progress", po::value(&o.mpi_progress)->default_value(o.mpi_progress), "CPU: nonblocking (MPI_Iallreduce advanced from backward) | thread")
+    ("mpi-progress", choice(&o.mpi_progress), "CPU: nonblocking (MPI_Iallreduce advanced from backward) | thread")
     ("comm-timeout", po::value(&o.comm_timeout)->default_value(o.comm_timeout), "seconds a rank may wait for the others (a collective, the shared update, a GPU collective) before the job ends, naming the ranks that did not arrive, with exit code 75 (0: never)");
   po::options_description out("Checkpoints and output");
   out.add_options()

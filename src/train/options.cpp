@@ -18,12 +18,6 @@ void require(bool ok, const std::string& message) {
   if (!ok) throw UsageError(message);
 }
 
-bool one_of(const std::string& v, std::initializer_list<const char*> allowed) {
-  for (const char* a : allowed)
-    if (v == a) return true;
-  return false;
-}
-
 // The CPUs this process may run on: its affinity mask (the cores a launcher bound it to, the
 // whole node when unbound), or the node's count where the mask cannot be read.
 int usable_cpus() {
@@ -35,6 +29,12 @@ int usable_cpus() {
 
 }  // namespace
 
+std::span<const ChoiceWord<ReduceDtype>> choices(ReduceDtype) {
+  static constexpr ChoiceWord<ReduceDtype> kWords[] = {{"fp32", ReduceDtype::kF32},
+                                                       {"bf16", ReduceDtype::kBF16}};
+  return kWords;
+}
+
 void validate_options(const TrainOptions& o, bool cuda_device) {
   require(o.synthetic || !o.data.empty(),
           "--data is required (an HDF5 store made by ddpv-convert), or use --synthetic");
@@ -44,12 +44,10 @@ void validate_options(const TrainOptions& o, bool cuda_device) {
   std::string names;
   for (const auto& m : model_names()) names += (names.empty() ? "" : ", ") + m;
   require(known_model, "--model '" + o.model + "' is not in the zoo: use one of " + names);
-  require(one_of(o.device, {"auto", "cpu", "cuda"}), "--device must be auto, cpu or cuda");
-  require(one_of(o.precision, {"fp32", "bf16", "fp16"}), "--precision must be fp32, bf16 or fp16");
-  require(o.precision == "fp32" || cuda_device,
-          "--precision " + o.precision + " runs on CUDA devices only; use --precision fp32 on CPU");
-  require(one_of(o.reduce_dtype, {"fp32", "bf16"}), "--reduce-dtype must be fp32 or bf16");
-  require(o.precision != "fp16", "--precision fp16 is not implemented: use bf16 (or fp32)");
+  require(o.precision == Precision::kF32 || cuda_device,
+          std::string("--precision ") + choice_name(o.precision) +
+              " runs on CUDA devices only; use --precision fp32 on CPU");
+  require(o.precision != Precision::kF16, "--precision fp16 is not implemented: use bf16 (or fp32)");
   // Boost reads "inf" and "nan" as numbers; none of these options has a use for them.
   for (const auto& [name, v] : {std::pair{"--lr", o.lr},
                                 {"--momentum", o.momentum},
@@ -70,16 +68,9 @@ void validate_options(const TrainOptions& o, bool cuda_device) {
   require(o.momentum >= 0 && o.momentum < 1, "--momentum must be in [0, 1)");
   require(!o.nesterov || o.momentum > 0, "--nesterov needs --momentum > 0");
   require(o.weight_decay >= 0, "--weight-decay must be >= 0");
-  try {
-    parse_lr_shape(o.lr_schedule);
-  } catch (const std::exception&) {
-    throw UsageError("--lr-schedule must be constant, step or cosine");
-  }
   require(o.warmup_epochs >= 0, "--warmup-epochs must be >= 0");
   require(o.accum_steps >= 1, "--accum-steps must be at least 1");
   require(o.bucket_mb >= 0, "--bucket-mb must be >= 0 (0: one bucket per tensor)");
-  require(one_of(o.mpi_progress, {"thread", "nonblocking"}),
-          "--mpi-progress must be thread or nonblocking");
   const std::vector<int64_t> split = parse_batch_split(o.batch_split);
   require(split.empty() || !cuda_device,
           "--batch-split needs the CPU backend: drop it, or run with --device cpu");
@@ -175,17 +166,18 @@ std::string options_to_config(const TrainOptions& o) {
   s << "data = " << o.data << "\ntrain-split = " << o.train_split << "\nval-split = " << o.val_split
     << "\nsynthetic = " << b(o.synthetic) << "\nsynthetic-size = " << o.synthetic_size
     << "\nno-augment = " << b(!o.augment) << "\ncache-mb = " << o.cache_mb
-    << "\nmodel = " << o.model << "\ndevice = " << o.device << "\nprecision = " << o.precision
-    << "\nreduce-dtype = " << o.reduce_dtype << "\nthreads = " << o.threads
+    << "\nmodel = " << o.model << "\ndevice = " << choice_name(o.device)
+    << "\nprecision = " << choice_name(o.precision)
+    << "\nreduce-dtype = " << choice_name(o.reduce_dtype) << "\nthreads = " << o.threads
     << "\nepochs = " << o.epochs << "\nmax-steps = " << o.max_steps
     << "\nrun-steps = " << o.run_steps << "\nbatch-size = " << o.batch_size << "\nlr = " << o.lr
     << "\nmomentum = " << o.momentum << "\nnesterov = " << b(o.nesterov)
-    << "\nweight-decay = " << o.weight_decay << "\nlr-schedule = " << o.lr_schedule
+    << "\nweight-decay = " << o.weight_decay << "\nlr-schedule = " << choice_name(o.lr_schedule)
     << "\nwarmup-epochs = " << o.warmup_epochs << "\naccum-steps = " << o.accum_steps
     << "\nseed = " << o.seed << "\ndeterministic = " << b(o.deterministic)
     << "\nbucket-mb = " << o.bucket_mb << "\nno-overlap = " << b(o.no_overlap)
     << "\nno-shared-update = " << b(o.no_shared_update) << "\nbalance = " << b(o.balance)
-    << "\nbatch-split = " << o.batch_split << "\nmpi-progress = " << o.mpi_progress
+    << "\nbatch-split = " << o.batch_split << "\nmpi-progress = " << choice_name(o.mpi_progress)
     << "\ncomm-timeout = " << o.comm_timeout << "\ncheckpoint-dir = " << o.checkpoint_dir
     << "\ncheckpoint-every = " << o.checkpoint_every
     << "\nkeep-checkpoints = " << o.keep_checkpoints << "\nmetrics = " << o.metrics

@@ -82,11 +82,12 @@ std::vector<std::string> resume_differences(const CheckpointMeta& old, const Run
     d.push_back("--accum-steps " + std::to_string(m.accum_steps) + " -> " +
                 std::to_string(now.accum_steps));
   if (!same(m.lr, now.lr, v1)) d.push_back("--lr " + num(m.lr) + " -> " + num(now.lr));
-  if (!m.lr_schedule.empty() && m.lr_schedule != now.lr_schedule)
-    d.push_back("--lr-schedule " + m.lr_schedule + " -> " + now.lr_schedule);
+  const std::string schedule = choice_name(now.lr_schedule);
+  if (!m.lr_schedule.empty() && m.lr_schedule != schedule)
+    d.push_back("--lr-schedule " + m.lr_schedule + " -> " + schedule);
   if (!same(m.warmup_epochs, now.warmup_epochs, v1))
     d.push_back("--warmup-epochs " + num(m.warmup_epochs) + " -> " + num(now.warmup_epochs));
-  if (now.lr_schedule != "constant" && m.schedule_steps > 0 &&
+  if (now.lr_schedule != LrShape::kConstant && m.schedule_steps > 0 &&
       m.schedule_steps != now.schedule_steps)
     d.push_back("schedule length " + std::to_string(m.schedule_steps) + " -> " +
                 std::to_string(now.schedule_steps) + " steps (--epochs, --max-steps)");

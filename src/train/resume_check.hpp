@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ddpv/train/checkpoint.hpp"
+#include "ddpv/train/schedule.hpp"
 
 namespace ddpv {
 
@@ -14,7 +15,7 @@ namespace ddpv {
 struct RunPlan {
   int64_t world_size = 1, batch_size = 0, accum_steps = 1;
   double lr = 0;
-  std::string lr_schedule;
+  LrShape lr_schedule = LrShape::kCosine;
   double warmup_epochs = 0;
   int64_t schedule_steps = 0;   // the learning-rate schedule's total length in steps
   int64_t steps_per_epoch = 0;  // optimizer steps (for a format 1 checkpoint's schedule length)

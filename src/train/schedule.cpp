@@ -8,11 +8,10 @@
 
 namespace ddpv {
 
-LrShape parse_lr_shape(const std::string& name) {
-  if (name == "constant") return LrShape::kConstant;
-  if (name == "step") return LrShape::kStep;
-  if (name == "cosine") return LrShape::kCosine;
-  DDPV_FAIL("unknown --lr-schedule '", name, "': use constant, step or cosine");
+std::span<const ChoiceWord<LrShape>> choices(LrShape) {
+  static constexpr ChoiceWord<LrShape> kWords[] = {
+      {"constant", LrShape::kConstant}, {"step", LrShape::kStep}, {"cosine", LrShape::kCosine}};
+  return kWords;
 }
 
 LrSchedule::LrSchedule(LrShape shape, double base_lr, int64_t total_steps, int64_t warmup_steps)

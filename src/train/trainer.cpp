@@ -34,7 +34,7 @@ Trainer::Impl::Impl(const TrainOptions& options, World& w)
     bo.device_index = world.device_index();
     bo.threads =
         o.threads > 0 ? o.threads : auto_threads(world.local_size());  // Note [Threads per rank]
-    bo.precision = parse_precision(o.precision);
+    bo.precision = o.precision;
     bo.deterministic = o.deterministic;
     backend = make_backend(bo);
     if (o.profile_layers) backend->set_profile(&profile);  // Note [Layer profile]
@@ -103,7 +103,7 @@ void Trainer::Impl::build_model() {
   int64_t total = steps_per_epoch * o.epochs;
   if (o.max_steps > 0) total = std::min(total, o.max_steps);
   const auto warmup = static_cast<int64_t>(std::llround(o.warmup_epochs * steps_per_epoch));
-  schedule.emplace(parse_lr_shape(o.lr_schedule), o.lr, total, warmup);
+  schedule.emplace(o.lr_schedule, o.lr, total, warmup);
 
   if (world.is_root() && !o.checkpoint_dir.empty()) {
     // Fail at start-up, not after the first epoch, when the directory cannot be made.
@@ -120,7 +120,7 @@ void Trainer::Impl::build_model() {
 // The communicator, and the replicas made equal: rank 0's model, momentum and position.
 void Trainer::Impl::connect() {
   if (backend->device() == Device::kCpu) {
-    comm = make_mpi_communicator(world, parse_mpi_progress(o.mpi_progress));
+    comm = make_mpi_communicator(world, o.mpi_progress);
   } else {
     comm = make_communicator(world, *backend);
   }
@@ -143,8 +143,8 @@ void Trainer::Impl::connect() {
 // asks for the allreduce; otherwise buckets are allreduced during backward.
 void Trainer::Impl::make_update() {
   std::string why_not = "--no-shared-update";
-  if (o.reduce_dtype == "bf16") why_not = "--reduce-dtype bf16";
-  if (!o.no_shared_update && o.reduce_dtype != "bf16") {
+  if (o.reduce_dtype == ReduceDtype::kBF16) why_not = "--reduce-dtype bf16";
+  if (!o.no_shared_update && o.reduce_dtype != ReduceDtype::kBF16) {
     shared = SharedUpdate::create(world, *model, &why_not);
   }
   if (shared) {
@@ -152,7 +152,7 @@ void Trainer::Impl::make_update() {
   } else {
     GradReducerOptions ro;
     ro.overlap = !o.no_overlap;
-    ro.reduce_type = o.reduce_dtype == "bf16" ? CommType::kBF16 : CommType::kF32;
+    ro.reduce_type = o.reduce_dtype == ReduceDtype::kBF16 ? CommType::kBF16 : CommType::kF32;
     ro.backend = backend.get();
     gradients = make_reducer_path(*model, *backend, *comm, spans, o.bucket_mb, ro);
   }

@@ -49,7 +49,7 @@ CheckpointMeta Trainer::Impl::run_meta() const {
   meta.batch_size = o.batch_size;
   meta.accum_steps = o.accum_steps;
   meta.lr = o.lr;
-  meta.lr_schedule = o.lr_schedule;
+  meta.lr_schedule = choice_name(o.lr_schedule);
   meta.warmup_epochs = o.warmup_epochs;
   meta.schedule_steps = schedule->total_steps();
   return meta;

@@ -14,7 +14,7 @@ CheckpointMeta checkpoint_of(const RunPlan& p) {
   m.batch_size = p.batch_size;
   m.accum_steps = p.accum_steps;
   m.lr = p.lr;
-  m.lr_schedule = p.lr_schedule;
+  m.lr_schedule = choice_name(p.lr_schedule);
   m.warmup_epochs = p.warmup_epochs;
   m.schedule_steps = p.schedule_steps;
   return m;
@@ -26,7 +26,7 @@ RunPlan plan() {
   p.batch_size = 16;
   p.accum_steps = 1;
   p.lr = 0.05;
-  p.lr_schedule = "cosine";
+  p.lr_schedule = LrShape::kCosine;
   p.warmup_epochs = 0.5;
   p.schedule_steps = 26;
   p.steps_per_epoch = 13;
@@ -61,7 +61,7 @@ TEST(ResumeCheck, EachDifferenceIsNamedOldToNew) {
   EXPECT_EQ(resume_differences(m, p), Diffs{"--accum-steps 1 -> 2"});
   p = plan();
   p.lr = 0.1;
-  p.lr_schedule = "step";
+  p.lr_schedule = LrShape::kStep;
   p.warmup_epochs = 1;
   p.schedule_steps = 39;
   EXPECT_EQ(resume_differences(m, p),
@@ -74,7 +74,7 @@ TEST(ResumeCheck, EachDifferenceIsNamedOldToNew) {
 
 TEST(ResumeCheck, ConstantScheduleLengthDoesNotMatter) {
   RunPlan a = plan();
-  a.lr_schedule = "constant";
+  a.lr_schedule = LrShape::kConstant;
   a.warmup_epochs = 0;
   RunPlan b = a;
   b.schedule_steps = 100;
@@ -87,7 +87,7 @@ TEST(ResumeCheck, FormatOneComparesItsOptions) {
   TrainOptions o;
   o.batch_size = 16;
   o.lr = 0.05;
-  o.lr_schedule = "cosine";
+  o.lr_schedule = LrShape::kCosine;
   o.warmup_epochs = 0.5;
   o.epochs = 2;
   CheckpointMeta m;

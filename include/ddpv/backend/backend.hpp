@@ -7,15 +7,18 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "ddpv/core/choice.hpp"
 #include "ddpv/core/tensor.hpp"
 
 namespace ddpv {
 
 enum class Precision : uint8_t { kF32, kBF16, kF16 };
-Precision parse_precision(const std::string& name);  // "fp32" | "bf16" | "fp16"
+std::span<const ChoiceWord<Precision>> choices(Precision);  // fp32 | bf16 | fp16 (Note [Choices])
+Precision parse_precision(const std::string& name);          // throws on an unknown name
 const char* precision_name(Precision p);
 
 // Note [Blocked activations]: oneDNN's convolutions run faster on channel-blocked activations,
@@ -377,7 +380,10 @@ class Backend {
 std::unique_ptr<Backend> make_backend(const BackendOptions& options);
 bool cuda_backend_compiled();
 int cuda_device_count();  // 0 when the CUDA backend is not compiled or no GPU is visible
-// Resolves "auto" | "cpu" | "cuda" to a device, with a clear error when cuda is unavailable.
-Device resolve_device(const std::string& name);
+// --device: a device, or auto (a GPU when one is visible).
+enum class DeviceChoice : uint8_t { kAuto, kCpu, kCuda };
+std::span<const ChoiceWord<DeviceChoice>> choices(DeviceChoice);  // auto | cpu | cuda
+// The device a choice runs on, with a clear error when cuda is unavailable.
+Device resolve_device(DeviceChoice choice);
 
 }  // namespace ddpv

@@ -5,8 +5,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
+#include "ddpv/core/choice.hpp"
 #include "ddpv/core/tensor.hpp"
 
 namespace ddpv {
@@ -87,7 +89,7 @@ enum class MpiProgress : uint8_t {
   kNonBlocking,  // MPI_Iallreduce from the caller, advanced by progress() (the default)
   kThread,       // a communication thread issues blocking MPI collectives
 };
-MpiProgress parse_mpi_progress(const std::string& name);  // "thread" | "nonblocking"
+std::span<const ChoiceWord<MpiProgress>> choices(MpiProgress);  // nonblocking | thread
 
 // The MPI communicator over all ranks of `world` (host memory); it uses a private duplicate of
 // the world communicator, so its collectives never mix with anyone else's.

@@ -3,11 +3,21 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "ddpv/backend/backend.hpp"
+#include "ddpv/core/choice.hpp"
+#include "ddpv/dist/communicator.hpp"
+#include "ddpv/train/schedule.hpp"
+
 namespace ddpv {
+
+// --reduce-dtype: the type gradients are allreduced in.
+enum class ReduceDtype : uint8_t { kF32, kBF16 };
+std::span<const ChoiceWord<ReduceDtype>> choices(ReduceDtype);  // fp32 | bf16
 
 struct TrainOptions {
   // data
@@ -20,9 +30,10 @@ struct TrainOptions {
   double cache_mb = 2048;
   // model and device
   std::string model = "lenet";
-  std::string device = "auto";      // auto | cpu | cuda
-  std::string precision = "fp32";   // fp32 | bf16 | fp16 (CUDA only)
-  std::string reduce_dtype = "fp32";  // fp32 | bf16 (Note [bf16 reduction] in grad_reducer.hpp)
+  // The options that are choices are enums (Note [Choices]); each table gives their words.
+  DeviceChoice device = DeviceChoice::kAuto;
+  Precision precision = Precision::kF32;       // bf16: CUDA only; fp16: refused
+  ReduceDtype reduce_dtype = ReduceDtype::kF32;  // Note [bf16 reduction] in grad_reducer.hpp
   int threads = 0;                  // CPU threads per rank (0: auto, see auto_threads())
   // schedule
   int64_t epochs = 1;
@@ -33,7 +44,7 @@ struct TrainOptions {
   double momentum = 0.9;
   bool nesterov = false;
   double weight_decay = 5e-4;
-  std::string lr_schedule = "cosine";  // constant | step | cosine
+  LrShape lr_schedule = LrShape::kCosine;
   double warmup_epochs = 0;
   int accum_steps = 1;
   uint64_t seed = 0;
@@ -44,7 +55,7 @@ struct TrainOptions {
   bool no_shared_update = false;    // CPU: Note [Shared update]
   bool balance = false;             // CPU: Note [Balanced batches]
   std::string batch_split;          // CPU: "88/40", each rank's batch (Note [Balanced batches])
-  std::string mpi_progress = "nonblocking";  // nonblocking | thread (Note [Communication thread])
+  MpiProgress mpi_progress = MpiProgress::kNonBlocking;  // Note [Communication thread]
   double comm_timeout = 300;        // seconds; 0: no watchdog (Note [Stall watchdog])
   // testing: "0.03/0.01", seconds of work each rank's timers count per image on top of what
   // they measure (Note [Injected busy time]); not stored in checkpoints

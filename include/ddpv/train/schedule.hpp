@@ -2,12 +2,15 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
+
+#include "ddpv/core/choice.hpp"
 
 namespace ddpv {
 
 enum class LrShape : uint8_t { kConstant, kStep, kCosine };
-LrShape parse_lr_shape(const std::string& name);  // throws on an unknown name
+std::span<const ChoiceWord<LrShape>> choices(LrShape);  // constant | step | cosine
 
 // Note [Schedule by step]: the schedule is a pure function of the optimizer step, so a resumed
 // run recomputes the same rate without saving any schedule state. Warmup rises linearly from

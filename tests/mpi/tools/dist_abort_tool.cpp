@@ -30,8 +30,10 @@ std::vector<ddpv::ArenaEntry> fake_params(int n, int64_t count) {
 void train(int argc, char** argv, const ddpv::World& world) {
   const int fail_rank = argc > 1 ? std::atoi(argv[1]) : 1;
   const int fail_step = argc > 2 ? std::atoi(argv[2]) : 20;
-  const auto progress = ddpv::parse_mpi_progress(argc > 3 ? argv[3] : "nonblocking");
-  auto comm = ddpv::make_mpi_communicator(world, progress);
+  const auto progress =
+      ddpv::find_choice<ddpv::MpiProgress>(argc > 3 ? argv[3] : "nonblocking");
+  DDPV_CHECK(progress, "dist_abort_tool: the third argument is thread or nonblocking");
+  auto comm = ddpv::make_mpi_communicator(world, *progress);
   const int kTensors = 16;
   const int64_t kCount = 64 * 1024;
   std::vector<float> grad(static_cast<size_t>(kTensors * kCount), 1.0f);
