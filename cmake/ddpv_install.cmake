@@ -5,7 +5,7 @@
 include(CMakePackageConfigHelpers)
 
 set(DDPV_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/ddpvision)
-set(_ddpv_libs ddpv_core ddpv_backend ddpv_nn ddpv_dist ddpv_data ddpv_train ddpv)
+set(_ddpv_libs ddpv_core ddpv_h5 ddpv_backend ddpv_nn ddpv_dist ddpv_data ddpv_train ddpv)
 set(_ddpv_exported "")
 foreach(lib ${_ddpv_libs})
   if(TARGET ${lib})

@@ -3,7 +3,7 @@
 #include <iostream>
 
 #include "convert.hpp"
-#include "data/h5.hpp"
+#include "ddpv/h5/h5.hpp"
 #include "ddpv/core/error.hpp"
 #include "ddpv/data/image_store.hpp"
 

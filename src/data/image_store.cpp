@@ -7,7 +7,7 @@
 #include <map>
 #include <numeric>
 
-#include "data/h5.hpp"
+#include "ddpv/h5/h5.hpp"
 #include "data/host_memory.hpp"
 
 namespace ddpv {

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <filesystem>
 
-#include "data/h5.hpp"
+#include "ddpv/h5/h5.hpp"
 #include "ddpv/core/log.hpp"
 #include "ddpv/data/image_store.hpp"
 

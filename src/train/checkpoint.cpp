@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "data/h5.hpp"
+#include "ddpv/h5/h5.hpp"
 #include "train/checkpoint_image.hpp"
 #include "train/checkpoint_layout.hpp"
 #include "train/durable_file.hpp"

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "data/h5.hpp"
+#include "ddpv/h5/h5.hpp"
 
 namespace ddpv::ckpt {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "data/h5.hpp"
+#include "ddpv/h5/h5.hpp"
 #include "ddpv/core/crc32c.hpp"
 #include "ddpv/train/checkpoint.hpp"
 #include "train/checkpoint_image.hpp"

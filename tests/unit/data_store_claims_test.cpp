@@ -6,7 +6,7 @@
 #include <limits>
 #include <numeric>
 
-#include "data/h5.hpp"
+#include "ddpv/h5/h5.hpp"
 #include "ddpv/data/image_store.hpp"
 #include "ddpv/data/loader.hpp"
 #include "ddpv/data/store_writer.hpp"

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <random>
 
-#include "data/h5.hpp"
+#include "ddpv/h5/h5.hpp"
 #include "ddpv/data/image_store.hpp"
 #include "ddpv/data/store_writer.hpp"
 #include "support/test_support.hpp"

@@ -22,7 +22,7 @@ int parse_compression(const std::string& spec);
 // exception anywhere in a converter -- deletes the temporary, so a failed conversion leaves
 // neither <out> nor <out>.tmp, and a previous <out> is untouched. That holds for a failed write
 // too (a full disk): the destructor closes the half-written file without flushing it
-// (Note [Abandoning a file] in src/data/h5.hpp).
+// (Note [Abandoning a file] in include/ddpv/h5/h5.hpp).
 class StoreWriter {
  public:
   StoreWriter(const std::string& out_path, int height, int width, int channels,

@@ -2,7 +2,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "data/h5.hpp"
+#include "ddpv/h5/h5.hpp"
 
 namespace ddpv::h5 {
 namespace {

@@ -1,5 +1,5 @@
 // HDF5 helpers: error-stack capture, files, groups and datasets (attributes in h5_attr.cpp).
-#include "data/h5.hpp"
+#include "ddpv/h5/h5.hpp"
 
 #include <algorithm>
 #include <filesystem>

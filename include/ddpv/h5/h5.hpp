@@ -1,5 +1,6 @@
-// Private HDF5 helpers: the DDPV_HDF5_CHECK macro, RAII handles and small read/write helpers
-// for datasets, groups and attributes (shared by the image store and checkpoint I/O).
+// HDF5 helpers: the DDPV_HDF5_CHECK macro, RAII handles and small read/write helpers for
+// datasets, groups and attributes. Their own target (ddpv_h5), which the image store (data),
+// the checkpoints (train) and the data tools build their HDF5 code on.
 #pragma once
 
 #include <hdf5.h>

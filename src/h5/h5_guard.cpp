@@ -10,7 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "data/h5.hpp"
+#include "ddpv/h5/h5.hpp"
 
 namespace ddpv::h5 {
 
