@@ -44,7 +44,7 @@ Trainer::Impl::Impl(const TrainOptions& options, World& w)
       const std::vector<double> per_rank = parse_busy_per_image(o.test_busy_per_image);
       DDPV_CHECK(static_cast<int>(per_rank.size()) == world.size(), "--test-busy-per-image ",
                  o.test_busy_per_image, ": give one value per rank (", world.size(), ")");
-      busy_per_image = per_rank[static_cast<size_t>(world.rank())];
+      timing.busy_per_image = per_rank[static_cast<size_t>(world.rank())];
     }
     open_data();
     make_feeds();
@@ -60,49 +60,53 @@ Trainer::Impl::Impl(const TrainOptions& options, World& w)
 void Trainer::Impl::open_data() {
   Allocator* staging = backend->staging_allocator();
   if (o.synthetic) {
-    shape = synthetic_shape(o.model);
-    train_source = make_synthetic_source(shape, o, world.rank(), world.size(), staging);
+    data.shape = synthetic_shape(o.model);
+    data.train_source = make_synthetic_source(data.shape, o, world.rank(), world.size(), staging);
     return;
   }
-  store = std::make_unique<ImageStore>(o.data);
-  shape = {store->height(), store->width(), store->channels(), store->num_classes()};
-  DDPV_CHECK(store->has_split(o.train_split), "--train-split ", o.train_split, ": store ", o.data,
-             " has no such split (see `ddpv-convert inspect ", o.data, "`)");
-  train_source = make_train_source(*store, o, world.rank(), world.size(), staging);
+  data.store = std::make_unique<ImageStore>(o.data);
+  data.shape = {data.store->height(), data.store->width(), data.store->channels(),
+                data.store->num_classes()};
+  DDPV_CHECK(data.store->has_split(o.train_split), "--train-split ", o.train_split, ": store ",
+             o.data, " has no such split (see `ddpv-convert inspect ", o.data, "`)");
+  data.train_source = make_train_source(*data.store, o, world.rank(), world.size(), staging);
   if (!o.val_split.empty() && o.val_split != "none") {
-    DDPV_CHECK(store->has_split(o.val_split), "--val-split ", o.val_split, ": store ", o.data,
+    DDPV_CHECK(data.store->has_split(o.val_split), "--val-split ", o.val_split, ": store ", o.data,
                " has no such split; name another or use --val-split none");
-    val_source = make_eval_source(*store, o.val_split, o, world.rank(), world.size(), staging);
+    data.val_source =
+        make_eval_source(*data.store, o.val_split, o, world.rank(), world.size(), staging);
   }
 }
 
 void Trainer::Impl::make_feeds() {
-  train_uploads = backend->upload_stream(2);
-  train_feed =
-      std::make_unique<DeviceFeed>(*train_source, train_uploads.get(), backend->allocator());
-  if (val_source) {
-    val_uploads = backend->upload_stream(2);
-    val_feed = std::make_unique<DeviceFeed>(*val_source, val_uploads.get(), backend->allocator());
+  data.train_uploads = backend->upload_stream(2);
+  data.train_feed = std::make_unique<DeviceFeed>(*data.train_source, data.train_uploads.get(),
+                                                 backend->allocator());
+  if (data.val_source) {
+    data.val_uploads = backend->upload_stream(2);
+    data.val_feed = std::make_unique<DeviceFeed>(*data.val_source, data.val_uploads.get(),
+                                                 backend->allocator());
   }
 }
 
 void Trainer::Impl::build_model() {
-  model = make_model(o.model, *backend, Shape{shape.height, shape.width, shape.channels},
-                     static_cast<int>(shape.num_classes));
+  model =
+      make_model(o.model, *backend, Shape{data.shape.height, data.shape.width, data.shape.channels},
+                 static_cast<int>(data.shape.num_classes));
   model->init_parameters(o.seed);
-  loss_op = backend->softmax_cross_entropy(static_cast<int>(shape.num_classes));
+  loss_op = backend->softmax_cross_entropy(static_cast<int>(data.shape.num_classes));
   spans = model->decay_spans();
   sgd.momentum = static_cast<float>(o.momentum);
   sgd.nesterov = o.nesterov;
   sgd.weight_decay = static_cast<float>(o.weight_decay);
 
-  steps_per_epoch = train_source->steps_per_epoch() / o.accum_steps;
-  DDPV_CHECK(steps_per_epoch >= 1, "an epoch of ", train_source->steps_per_epoch(),
+  pos.steps_per_epoch = data.train_source->steps_per_epoch() / o.accum_steps;
+  DDPV_CHECK(pos.steps_per_epoch >= 1, "an epoch of ", data.train_source->steps_per_epoch(),
              " batches per rank is shorter than --accum-steps ", o.accum_steps,
              ": use a smaller --batch-size or --accum-steps");
-  int64_t total = steps_per_epoch * o.epochs;
+  int64_t total = pos.steps_per_epoch * o.epochs;
   if (o.max_steps > 0) total = std::min(total, o.max_steps);
-  const auto warmup = static_cast<int64_t>(std::llround(o.warmup_epochs * steps_per_epoch));
+  const auto warmup = static_cast<int64_t>(std::llround(o.warmup_epochs * pos.steps_per_epoch));
   schedule.emplace(o.lr_schedule, o.lr, total, warmup);
 
   if (world.is_root() && !o.checkpoint_dir.empty()) {
@@ -129,12 +133,12 @@ void Trainer::Impl::connect() {
   broadcast_parameters(*model, *comm);  // every rank starts from rank 0's model
   comm->broadcast(model->momentum_data(), static_cast<size_t>(model->param_count()) * sizeof(float),
                   0);
-  int64_t pos[4] = {epoch, epoch_step, step, model->batches_tracked()};
-  world.broadcast_bytes(pos, sizeof pos, 0);
-  epoch = pos[0];
-  epoch_step = pos[1];
-  step = pos[2];
-  model->set_batches_tracked(pos[3]);
+  int64_t at[4] = {pos.epoch, pos.epoch_step, pos.step, model->batches_tracked()};
+  world.broadcast_bytes(at, sizeof at, 0);
+  pos.epoch = at[0];
+  pos.epoch_step = at[1];
+  pos.step = at[2];
+  model->set_batches_tracked(at[3]);
   make_update();
 }
 
@@ -170,8 +174,8 @@ void Trainer::Impl::make_update() {
 }
 
 void Trainer::Impl::throw_diverged(const std::string& what) const {
-  throw TrainingDiverged("training diverged: " + what + " at step " + std::to_string(step) +
-                         " (epoch " + std::to_string(epoch + 1) +
+  throw TrainingDiverged("training diverged: " + what + " at step " + std::to_string(pos.step) +
+                         " (epoch " + std::to_string(pos.epoch + 1) +
                          "); no checkpoint was written. Lower --lr, add --warmup-epochs, or "
                          "check the data");
 }
@@ -189,20 +193,21 @@ const std::string kProfAgree = "step agreement", kProfAgreeKind = "loss and stop
 // the ranks' agreement on what the step did.
 void Trainer::Impl::train_step() {
   // The profile leaves out the warm-up steps (cuDNN's algorithm search, first allocations).
-  profile.enable(o.profile_layers && step - run_start_step >= kWarmupSteps);
-  comm->set_step(step);  // named by the watchdog when a collective hangs
-  world.stall_watch()->set_step(step);
+  profile.enable(o.profile_layers && pos.step - pos.run_start_step >= kWarmupSteps);
+  comm->set_step(pos.step);  // named by the watchdog when a collective hangs
+  world.stall_watch()->set_step(pos.step);
   const auto t_step = Clock::now();
-  const double waits_before = data_wait + comm_wait;
+  const double waits_before = timing.data_wait + timing.comm_wait;
   StepTotals mine;
   bool finite = true;
   for (int k = 0; k < o.accum_steps; ++k) finite = micro_batch(k, mine) && finite;
   const double lr = update();
-  ++step;
-  ++epoch_step;
-  const double injected = busy_per_image * mine.samples;  // Note [Injected busy time]
-  injected_busy += injected;
-  balance_busy += seconds_since(t_step) - (data_wait + comm_wait - waits_before) + injected;
+  ++pos.step;
+  ++pos.epoch_step;
+  const double injected = timing.busy_per_image * mine.samples;  // Note [Injected busy time]
+  timing.injected_busy += injected;
+  balance_busy +=
+      seconds_since(t_step) - (timing.data_wait + timing.comm_wait - waits_before) + injected;
   balance_samples += mine.samples;
   agree(finite, mine, lr);
   if (profile.enabled()) profile.add_step();
@@ -221,14 +226,14 @@ bool Trainer::Impl::micro_batch(int k, StepTotals& mine) {
   std::optional<DeviceFeed::Ready> batch;
   {
     ProfileScope scope(timed, kProfData, kProfDataKind, ProfilePhase::kOther);
-    batch = train_feed->next();
+    batch = data.train_feed->next();
   }
-  DDPV_CHECK(batch.has_value(), "the data ran out inside epoch ", epoch, " at step ", epoch_step,
-             " (internal: steps per epoch disagree)");
-  if (balancer) train_source->push_split(balancer->sizes());  // Note [Balanced batches]
+  DDPV_CHECK(batch.has_value(), "the data ran out inside epoch ", pos.epoch, " at step ",
+             pos.epoch_step, " (internal: steps per epoch disagree)");
+  if (balancer) data.train_source->push_split(balancer->sizes());  // Note [Balanced batches]
   const Tensor& x = batch->images;
   const Tensor& y = batch->labels;
-  data_wait += seconds_since(t_data);
+  timing.data_wait += seconds_since(t_data);
   watch.set_phase(Phase::kCompute);
 
   const int n = static_cast<int>(x.shape()[0]);
@@ -248,26 +253,26 @@ bool Trainer::Impl::micro_batch(int k, StepTotals& mine) {
   }
   model->backward(dlogits, /*accumulate=*/k > 0, gradients->ready_fn(k == o.accum_steps - 1));
   const auto t_next = Clock::now();
-  train_feed->done();  // the next batch uploads while this backward runs (Note [Two slots])
-  data_wait += seconds_since(t_next);
+  data.train_feed->done();  // the next batch uploads while this backward runs (Note [Two slots])
+  timing.data_wait += seconds_since(t_next);
   const std::string& exchange = gradients->exchange_kind();
   if (!exchange.empty()) {
     watch.set_phase(Phase::kGradients);
     ProfileScope scope(timed, kProfReduce, exchange, ProfilePhase::kOther);
-    comm_wait += gradients->finish_backward();
+    timing.comm_wait += gradients->finish_backward();
   }
   return finite;
 }
 
 // The step's update on the gradients summed over the ranks; returns its learning rate.
 double Trainer::Impl::update() {
-  const double lr = schedule->at(step);
+  const double lr = schedule->at(pos.step);
   sgd.lr = static_cast<float>(lr);
   // Gradients are summed over ranks, so 1 / world size averages them (Note [Folded averaging]).
   sgd.grad_scale = 1.0f / static_cast<float>(world.size()) / static_cast<float>(o.accum_steps);
   ProfileScope scope(backend.get(), kProfUpdate, gradients->update_kind(), ProfilePhase::kOther);
   world.stall_watch()->set_phase(Phase::kGradients);
-  comm_wait += gradients->apply(sgd);
+  timing.comm_wait += gradients->apply(sgd);
   return lr;
 }
 
@@ -288,7 +293,7 @@ void Trainer::Impl::agree(bool finite, const StepTotals& mine, double lr) {
     world.allreduce_sum(agree, 4 + kSignals);
   }
   if (agree[0] > 0) throw_diverged("the loss became NaN or Inf");
-  images += agree[3];
+  timing.images += agree[3];
   epoch_totals.add(agree[1], agree[2], agree[3]);
   log_totals.add(agree[1], agree[2], agree[3]);
   for (int k = 0; k < kSignals && !stop; ++k) {
@@ -297,14 +302,14 @@ void Trainer::Impl::agree(bool finite, const StepTotals& mine, double lr) {
       stop_signal = kStopSignals[k];
     }
   }
-  if (step % o.log_every == 0) log_step(lr, log_totals.loss(), log_totals.acc());
+  if (pos.step % o.log_every == 0) log_step(lr, log_totals.loss(), log_totals.acc());
 }
 
 // Note [Balanced batches]: the first window starts after the warm-up steps (primitives built,
 // memory touched), then every BatchBalancer::kEvery steps the ranks pool their figures and all
 // decide alike.
 void Trainer::Impl::balance_step() {
-  const int64_t since_warm = step - run_start_step - kWarmupSteps;
+  const int64_t since_warm = pos.step - pos.run_start_step - kWarmupSteps;
   if (since_warm <= 0 || since_warm % BatchBalancer::kEvery != 0) {
     if (since_warm == 0) balance_busy = balance_samples = 0;
     return;
@@ -322,7 +327,7 @@ void Trainer::Impl::balance_step() {
     samples[r] = rows[2 * r + 1];
   }
   if (balancer->decide(busy, samples) && world.is_root()) {  // rare: a change must gain 5%
-    DDPV_INFO("balance: after step ", step, " the global batch splits ",
+    DDPV_INFO("balance: after step ", pos.step, " the global batch splits ",
               split_text(balancer->sizes()), " by rank (speeds ", speeds_text(balancer->rates()),
               " images per busy second), from the batches not yet queued");
   }
@@ -330,59 +335,60 @@ void Trainer::Impl::balance_step() {
 
 TrainSummary Trainer::Impl::run() {
   StopSignalWatcher watcher;
-  run_start = Clock::now();
-  run_start_step = step;
-  log_start = Clock::now();
-  while (epoch < o.epochs && !stop) {
-    if (o.max_steps > 0 && step >= o.max_steps) break;
-    train_feed->start_epoch(epoch, epoch_step * o.accum_steps);
-    if (epoch_step == 0) epoch_totals = {};
+  timing.run_start = Clock::now();
+  pos.run_start_step = pos.step;
+  timing.log_start = Clock::now();
+  while (pos.epoch < o.epochs && !stop) {
+    if (o.max_steps > 0 && pos.step >= o.max_steps) break;
+    data.train_feed->start_epoch(pos.epoch, pos.epoch_step * o.accum_steps);
+    if (pos.epoch_step == 0) epoch_totals = {};
     const RankTimes epoch_mark = my_times();  // Note [Rank times], per epoch
-    const int64_t epoch_first_step = step;
+    const int64_t epoch_first_step = pos.step;
     const auto t_train = Clock::now();
-    while (epoch_step < steps_per_epoch && !stop) {
+    while (pos.epoch_step < pos.steps_per_epoch && !stop) {
       train_step();
-      if (step - run_start_step == kWarmupSteps) {
-        warm_images = images;
-        warm_start = Clock::now();
-        paused_at_warm = paused;
+      if (pos.step - pos.run_start_step == kWarmupSteps) {
+        timing.warm_images = timing.images;
+        timing.warm_start = Clock::now();
+        timing.paused_at_warm = timing.paused;
       }
-      if (o.max_steps > 0 && step >= o.max_steps) stop = true;
-      if (o.run_steps > 0 && step - run_start_step >= o.run_steps) stop = true;
+      if (o.max_steps > 0 && pos.step >= o.max_steps) stop = true;
+      if (o.run_steps > 0 && pos.step - pos.run_start_step >= o.run_steps) stop = true;
       if (bar.enabled()) {
-        const double rate = images / std::max(train_seconds + seconds_since(t_train), 1e-9);
-        const double left =
-            static_cast<double>(steps_per_epoch - epoch_step) * static_cast<double>(global_batch());
-        bar.update(epoch + 1, o.epochs, epoch_step, steps_per_epoch, epoch_totals.loss(), rate,
-                   left / std::max(rate, 1e-9));
+        const double rate =
+            timing.images / std::max(timing.train_seconds + seconds_since(t_train), 1e-9);
+        const double left = static_cast<double>(pos.steps_per_epoch - pos.epoch_step) *
+                            static_cast<double>(global_batch());
+        bar.update(pos.epoch + 1, o.epochs, pos.epoch_step, pos.steps_per_epoch,
+                   epoch_totals.loss(), rate, left / std::max(rate, 1e-9));
       }
     }
-    train_seconds += seconds_since(t_train);
+    timing.train_seconds += seconds_since(t_train);
     bar.clear();
-    if (epoch_step < steps_per_epoch) break;  // stopped inside the epoch
-    ++epoch;
-    epoch_step = 0;
+    if (pos.epoch_step < pos.steps_per_epoch) break;  // stopped inside the epoch
+    ++pos.epoch;
+    pos.epoch_step = 0;
     const auto t_pause = Clock::now();  // evaluation and checkpoints are not training time
     world.stall_watch()->set_phase(Phase::kReport);
-    const RankReport epoch_ranks = pool_rank_times(epoch_mark, step - epoch_first_step);
+    const RankReport epoch_ranks = pool_rank_times(epoch_mark, pos.step - epoch_first_step);
     double val_loss = std::numeric_limits<double>::quiet_NaN(), val_acc = val_loss;
-    if (val_source) evaluate(&val_loss, &val_acc);
+    if (data.val_source) evaluate(&val_loss, &val_acc);
     last_val_loss = val_loss;
     last_val_acc = val_acc;
     log_epoch(val_loss, val_acc, epoch_ranks);
-    const bool last = epoch == o.epochs || (o.max_steps > 0 && step >= o.max_steps);
+    const bool last = pos.epoch == o.epochs || (o.max_steps > 0 && pos.step >= o.max_steps);
     if (!o.checkpoint_dir.empty() && !last && o.checkpoint_every > 0 &&
-        epoch % o.checkpoint_every == 0) {
+        pos.epoch % o.checkpoint_every == 0) {
       save("epoch");
     }
-    log_start += Clock::now() - t_pause;
-    paused += seconds_since(t_pause);
+    timing.log_start += Clock::now() - t_pause;
+    timing.paused += seconds_since(t_pause);
   }
-  train_end = Clock::now();
-  paused_at_end = paused;
+  timing.train_end = Clock::now();
+  timing.paused_at_end = timing.paused;
   world.stall_watch()->set_phase(Phase::kFinish);
   if (o.profile_layers && world.is_root()) std::fputs(profile.report().c_str(), stdout);
-  if (!o.checkpoint_dir.empty() && last_checkpoint_step != step) {
+  if (!o.checkpoint_dir.empty() && last_checkpoint_step != pos.step) {
     save(stop_signal ? signal_name(stop_signal) : "end");
   }
   return finish();

@@ -34,13 +34,13 @@ std::string join(const std::vector<std::string>& parts, const char* sep) {
 CheckpointMeta Trainer::Impl::run_meta() const {
   CheckpointMeta meta;
   meta.model = o.model;
-  meta.height = shape.height;
-  meta.width = shape.width;
-  meta.channels = shape.channels;
-  meta.num_classes = shape.num_classes;
-  meta.epoch = epoch;
-  meta.epoch_step = epoch_step;
-  meta.step = step;
+  meta.height = data.shape.height;
+  meta.width = data.shape.width;
+  meta.channels = data.shape.channels;
+  meta.num_classes = data.shape.num_classes;
+  meta.epoch = pos.epoch;
+  meta.epoch_step = pos.epoch_step;
+  meta.step = pos.step;
   meta.seed = o.seed;
   meta.world_size = world.size();
   meta.global_batch = global_batch();
@@ -66,7 +66,7 @@ std::string Trainer::Impl::save(const char* why) {
   if (world.is_root()) {
     namespace fs = std::filesystem;
     fs::create_directories(o.checkpoint_dir);
-    const std::string name = checkpoint_file_name(epoch, step);
+    const std::string name = checkpoint_file_name(pos.epoch, pos.step);
     path = (fs::path(o.checkpoint_dir) / name).string();
     save_checkpoint(path, *model, run_meta());
     // Note [Pruning]: nothing older is touched before the new file reads back whole from the
@@ -86,13 +86,13 @@ std::string Trainer::Impl::save(const char* why) {
     metrics.write(JsonRecord()
                       .add("event", "checkpoint")
                       .add("path", path)
-                      .add("step", step)
-                      .add("epoch", epoch)
+                      .add("step", pos.step)
+                      .add("epoch", pos.epoch)
                       .add("reason", why));
   }
   world.barrier();  // nobody runs ahead (or exits) before the checkpoint is complete
   last_checkpoint = path;
-  last_checkpoint_step = step;
+  last_checkpoint_step = pos.step;
   return path;
 }
 
@@ -191,7 +191,7 @@ void Trainer::Impl::resume_on_root() {
   now.lr_schedule = o.lr_schedule;
   now.warmup_epochs = o.warmup_epochs;
   now.schedule_steps = schedule->total_steps();
-  now.steps_per_epoch = steps_per_epoch;
+  now.steps_per_epoch = pos.steps_per_epoch;
   const std::vector<std::string> changed = resume_differences(meta, now);
   if (!changed.empty() && !o.resume_changed)
     throw OptionsDiffer("--resume " + path + ": the run would change: " + join(changed, ", ") +
@@ -200,21 +200,21 @@ void Trainer::Impl::resume_on_root() {
   if (!changed.empty())
     DDPV_WARN("--resume-changed: continuing ", path, " with ", join(changed, ", "));
 
-  epoch = meta.epoch;
-  epoch_step = meta.epoch_step;
-  step = meta.step;
+  pos.epoch = meta.epoch;
+  pos.epoch_step = meta.epoch_step;
+  pos.step = meta.step;
   const std::string before = batch_text(meta.world_size, meta.batch_size, meta.accum_steps);
   if (meta.global_batch == global_batch() && meta.world_size != world.size()) {
     DDPV_INFO("resuming a run of ", before, " on ",
               batch_text(world.size(), o.batch_size, o.accum_steps), ": the same global batch of ",
               global_batch(), ", so it continues at the same sample");
-  } else if (meta.global_batch != global_batch() && epoch_step > 0) {
+  } else if (meta.global_batch != global_batch() && pos.epoch_step > 0) {
     DDPV_WARN("resuming mid-epoch with a global batch of ", global_batch(),
               " where the checkpoint ", "had ", meta.global_batch, ": the position inside epoch ",
-              epoch + 1,
+              pos.epoch + 1,
               " is counted in the new batches, so some samples of it are seen twice or not at all");
   }
-  DDPV_INFO("resumed from ", path, " at epoch ", epoch, " step ", step);
+  DDPV_INFO("resumed from ", path, " at epoch ", pos.epoch, " step ", pos.step);
 }
 
 }  // namespace ddpv

@@ -37,6 +37,39 @@ struct StepTotals {
   double acc() const { return samples > 0 ? correct / samples : 0; }
 };
 
+// Where the run is: what a checkpoint records and a resume restores.
+struct Position {
+  int64_t epoch = 0;       // the current epoch (epochs completed before it)
+  int64_t epoch_step = 0;  // optimizer steps done in the current epoch
+  int64_t step = 0;        // optimizer steps since the start of training
+  int64_t steps_per_epoch = 0;
+  int64_t run_start_step = 0;  // the step this run (process) began at: 0, or a resume's
+};
+
+// Where the batches come from, and the shape of what they hold.
+struct DataPath {
+  std::unique_ptr<ImageStore> store;  // null with --synthetic
+  SourceShape shape;
+  std::unique_ptr<BatchSource> train_source, val_source;
+  // Batches on the device (Note [Two slots]); the upload streams are null on CPU.
+  std::unique_ptr<UploadStream> train_uploads, val_uploads;
+  std::unique_ptr<DeviceFeed> train_feed, val_feed;
+};
+
+// What this run has measured: the summary's throughput (Note [Steady throughput]) and this
+// rank's figures in the rank report (Note [Rank times]).
+struct Timing {
+  Clock::time_point run_start;
+  double train_seconds = 0, data_wait = 0, comm_wait = 0;
+  // Note [Injected busy time]: this rank's seconds per image from --test-busy-per-image, and
+  // what they have added to its busy time so far.
+  double busy_per_image = 0, injected_busy = 0;
+  double warm_images = -1, paused = 0, paused_at_warm = 0, paused_at_end = 0;
+  Clock::time_point warm_start, train_end;
+  double images = 0;  // global samples trained on in this run
+  Clock::time_point log_start;
+};
+
 struct Trainer::Impl {
   Impl(const TrainOptions& options, World& world);
 
@@ -73,12 +106,7 @@ struct Trainer::Impl {
   World& world;
   LayerProfile profile;  // --profile-layers: the backend's (Note [Layer profile]); outlives it
   std::unique_ptr<Backend> backend;
-  std::unique_ptr<ImageStore> store;
-  SourceShape shape;
-  std::unique_ptr<BatchSource> train_source, val_source;
-  // Batches on the device (Note [Two slots]); the upload streams are null on CPU.
-  std::unique_ptr<UploadStream> train_uploads, val_uploads;
-  std::unique_ptr<DeviceFeed> train_feed, val_feed;
+  DataPath data;
   // Note [Shared update]; null where it does not apply. Declared before the model, whose arenas
   // it may hold, so that it outlives it.
   std::unique_ptr<SharedUpdate> shared;
@@ -98,32 +126,18 @@ struct Trainer::Impl {
   double balance_busy = 0, balance_samples = 0;
   void balance_step();
 
-  // position
-  int64_t epoch = 0;       // the current epoch (epochs completed before it)
-  int64_t epoch_step = 0;  // optimizer steps done in the current epoch
-  int64_t step = 0;        // optimizer steps since the start of training
-  int64_t steps_per_epoch = 0;
-  int64_t run_start_step = 0;
+  Position pos;
   bool stop = false;
   int stop_signal = 0;
 
-  // measurements
-  Clock::time_point run_start;
-  double train_seconds = 0, data_wait = 0, comm_wait = 0;
-  // Note [Injected busy time]: this rank's seconds per image from --test-busy-per-image, and
-  // what they have added to its busy time so far.
-  double busy_per_image = 0, injected_busy = 0;
+  Timing timing;
   // Note [Steady throughput]: the first steps of a run build oneDNN primitives and touch fresh
   // memory, so the summary's images_per_s counts from the end of step kWarmupSteps of the run
   // (when the run has at least 2 * kWarmupSteps steps), less evaluation and checkpoint pauses;
   // images_per_s_all keeps the whole run.
   static constexpr int64_t kWarmupSteps = 5;
   static constexpr double kNoTimeout = 1e9;  // --comm-timeout 0: seconds that never come
-  double warm_images = -1, paused = 0, paused_at_warm = 0, paused_at_end = 0;
-  Clock::time_point warm_start, train_end;
-  double images = 0;  // global samples trained on in this run
   StepTotals epoch_totals, log_totals;
-  Clock::time_point log_start;
   double last_val_loss, last_val_acc;
   std::string last_checkpoint;
   int64_t last_checkpoint_step = -1;

@@ -42,59 +42,60 @@ void Trainer::Impl::evaluate(double* loss, double* acc) {
   world.stall_watch()->set_phase(Phase::kEvaluation);
   average_buffers(*model, *comm);  // BatchNorm running statistics agree before evaluation
   double sums[3] = {0, 0, 0};      // loss sum, correct, samples
-  val_feed->start_epoch(0, 0);
-  while (std::optional<DeviceFeed::Ready> batch = val_feed->next()) {
+  data.val_feed->start_epoch(0, 0);
+  while (std::optional<DeviceFeed::Ready> batch = data.val_feed->next()) {
     const int n = static_cast<int>(batch->images.shape()[0]);
     const Tensor& logits = model->forward(batch->images, /*training=*/false);
     const LossResult r = loss_op->forward(n, logits.data<float>(), batch->labels.data<int32_t>());
-    val_feed->done();
+    data.val_feed->done();
     sums[0] += r.loss_sum;
     sums[1] += static_cast<double>(r.correct);
     sums[2] += n;
   }
   world.allreduce_sum(sums, 3);
-  DDPV_CHECK(static_cast<int64_t>(sums[2]) == val_source->samples_per_epoch(),
+  DDPV_CHECK(static_cast<int64_t>(sums[2]) == data.val_source->samples_per_epoch(),
              "evaluation counted ", sums[2], " samples, the split has ",
-             val_source->samples_per_epoch());
+             data.val_source->samples_per_epoch());
   *loss = sums[0] / std::max(sums[2], 1.0);
   *acc = sums[1] / std::max(sums[2], 1.0);
   if (!std::isfinite(*loss)) throw_diverged("the validation loss is NaN or Inf");
 }
 
 void Trainer::Impl::log_step(double lr, double step_loss, double step_acc) {
-  const double dt = seconds_since(log_start);
+  const double dt = seconds_since(timing.log_start);
   if (world.is_root() && metrics.enabled()) {
     metrics.write(JsonRecord()
                       .add("event", "step")
-                      .add("step", step)
-                      .add("epoch", static_cast<double>(epoch) +
-                                        static_cast<double>(epoch_step) / steps_per_epoch)
+                      .add("step", pos.step)
+                      .add("epoch", static_cast<double>(pos.epoch) +
+                                        static_cast<double>(pos.epoch_step) / pos.steps_per_epoch)
                       .add("loss", step_loss)
                       .add("acc", step_acc)
                       .add("lr", lr)
                       .add("images_per_s", log_totals.samples / std::max(dt, 1e-9)));
   }
   log_totals = {};
-  log_start = Clock::now();
+  timing.log_start = Clock::now();
 }
 
 void Trainer::Impl::log_epoch(double val_loss, double val_acc, const RankReport& ranks) {
   if (!world.is_root()) return;
-  const double rate = images / std::max(train_seconds, 1e-9);
-  const double elapsed = seconds_since(run_start);
-  std::printf("epoch %lld/%lld train_loss %.4f train_acc %.4f val_loss %.4f val_acc %.4f "
-              "lr %.5g img/s %.0f elapsed %s\n",
-              static_cast<long long>(epoch), static_cast<long long>(o.epochs),
-              epoch_totals.loss(), epoch_totals.acc(), val_loss, val_acc, schedule->at(step),
-              rate, format_duration(elapsed).c_str());
+  const double rate = timing.images / std::max(timing.train_seconds, 1e-9);
+  const double elapsed = seconds_since(timing.run_start);
+  std::printf(
+      "epoch %lld/%lld train_loss %.4f train_acc %.4f val_loss %.4f val_acc %.4f "
+      "lr %.5g img/s %.0f elapsed %s\n",
+      static_cast<long long>(pos.epoch), static_cast<long long>(o.epochs), epoch_totals.loss(),
+      epoch_totals.acc(), val_loss, val_acc, schedule->at(pos.step), rate,
+      format_duration(elapsed).c_str());
   std::fflush(stdout);
   if (ranks.straggler) {  // Note [Rank times]: said in the epoch it happens, not only at the end
-    DDPV_WARN("epoch ", epoch, ": ", straggler_text(ranks));
+    DDPV_WARN("epoch ", pos.epoch, ": ", straggler_text(ranks));
   }
   JsonRecord record;
   record.add("event", "epoch")
-      .add("epoch", epoch)
-      .add("step", step)
+      .add("epoch", pos.epoch)
+      .add("step", pos.step)
       .add("train_loss", epoch_totals.loss())
       .add("train_acc", epoch_totals.acc())
       .add("val_loss", val_loss)
@@ -146,7 +147,8 @@ bool is_straggler(const RankSpread& spread, int64_t steps) {
 // (each rank fills its own row), and the busiest rank's host, broadcast by it.
 
 RankTimes Trainer::Impl::my_times() const {
-  return {train_seconds - comm_wait - data_wait + injected_busy, comm_wait, data_wait};
+  return {timing.train_seconds - timing.comm_wait - timing.data_wait + timing.injected_busy,
+          timing.comm_wait, timing.data_wait};
 }
 
 RankReport Trainer::Impl::pool_rank_times(const RankTimes& mark, int64_t steps) const {
@@ -177,28 +179,29 @@ RankReport Trainer::Impl::pool_rank_times(const RankTimes& mark, int64_t steps) 
 
 TrainSummary Trainer::Impl::finish() {
   TrainSummary s;
-  s.steps = step;
-  s.epochs = epoch;
-  const double all_rate = images / std::max(train_seconds, 1e-9);
+  s.steps = pos.step;
+  s.epochs = pos.epoch;
+  const double all_rate = timing.images / std::max(timing.train_seconds, 1e-9);
   s.images_per_s = all_rate;
-  if (warm_images >= 0 && step - run_start_step >= 2 * kWarmupSteps) {  // Note [Steady throughput]
-    const double t = std::chrono::duration<double>(train_end - warm_start).count() -
-                     (paused_at_end - paused_at_warm);
-    s.images_per_s = (images - warm_images) / std::max(t, 1e-9);
+  if (timing.warm_images >= 0 &&
+      pos.step - pos.run_start_step >= 2 * kWarmupSteps) {  // Note [Steady throughput]
+    const double t = std::chrono::duration<double>(timing.train_end - timing.warm_start).count() -
+                     (timing.paused_at_end - timing.paused_at_warm);
+    s.images_per_s = (timing.images - timing.warm_images) / std::max(t, 1e-9);
   }
   s.train_loss = epoch_totals.loss();
   s.train_acc = epoch_totals.acc();
   s.val_loss = last_val_loss;
   s.val_acc = last_val_acc;
-  s.elapsed_s = seconds_since(run_start);
-  s.comm_wait_s = comm_wait;
-  s.data_wait_s = data_wait;
+  s.elapsed_s = seconds_since(timing.run_start);
+  s.comm_wait_s = timing.comm_wait;
+  s.data_wait_s = timing.data_wait;
   s.world_size = world.size();
   s.global_batch = global_batch();
   s.stopped_by_signal = stop_signal != 0;
   s.stop_signal = stop_signal;
   s.last_checkpoint = last_checkpoint;
-  s.ranks = pool_rank_times(RankTimes{}, step - run_start_step);  // Note [Rank times]
+  s.ranks = pool_rank_times(RankTimes{}, pos.step - pos.run_start_step);  // Note [Rank times]
   // The most host memory this rank's tensors held at once: parameters, gradients, optimizer
   // state, activations and batches (the CUDA backend's device memory is not counted here).
   const double host_peak_mib = double(host_memory_stats().peak) / (1 << 20);
@@ -216,7 +219,7 @@ TrainSummary Trainer::Impl::finish() {
       .add("steps", s.steps)
       .add("epochs", s.epochs)
       .add("elapsed_s", s.elapsed_s)
-      .add("train_s", train_seconds)
+      .add("train_s", timing.train_seconds)
       .add("world_size", s.world_size)
       .add("global_batch", s.global_batch)
       .add("comm_wait_s", s.comm_wait_s)
