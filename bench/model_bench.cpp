@@ -15,14 +15,16 @@
 //   (the 90th percentile over the median) (Note [The step-synchronous ceiling]).
 //   --sync-arith (with --sync-steps): the same, but each rank's step is arithmetic in registers
 //   as long as the model's step alone, not the model (Note [The arithmetic ceiling]).
-//   --jitter: only times 150 runs of a loop of arithmetic in registers (no memory, about 80 ms
-//   each here) and prints the best, median, 90th percentile and worst: how much the machine
-//   alone moves from one step-sized stretch of work to the next.
+//   --jitter: only times 150 runs of a fixed loop of arithmetic in registers (no memory, about
+//   a resnet20 step long) and prints the best, median, 90th percentile and worst: how much
+//   the machine alone moves from one step-sized stretch of work to the next.
+//   --cpu-conv auto|direct|winograd, --cpu-layout blocked|nhwc, --no-fuse: the backend's tuning
+//   options, as ddpv-train takes them (Note [Tuning options]).
 //   DDPV_AB_SWITCH=NAME in the environment: sets the variable NAME before every second timed
 //   step and unsets it before the others, and prints the median of (step with NAME) / (step
 //   before it), for a change under a temporary getenv(NAME) switch in the code. On this
 //   noisy machine steps minutes apart differ by more than most changes; consecutive steps in
-//   one process resolve about 1% (a switch that changes nothing: 0.999-1.001).
+//   one process resolve changes of about a percent (check with a switch that changes nothing).
 #include <dnnl.h>
 #include <mpi.h>
 #include <omp.h>
@@ -118,8 +120,8 @@ double p90_over_median(std::vector<double> v) {
 
 // Note [The step-synchronous ceiling]: a synchronous data-parallel trainer runs every step at
 // the pace of its slowest rank. On a machine whose cores' speed jitters from step to step (this
-// project's 2-core VM: `model_bench --jitter`, arithmetic in registers only, ran 6-10% longer
-// than its best run at the median and 12-27% at the 90th percentile, 2026-12-05), the slower
+// project's 2-core VM, as `model_bench --jitter` shows on arithmetic in registers alone; the
+// figures: docs/performance.md, "Where it stands, and what bounds each figure"), the slower
 // of two ranks is slower than a typical step even where the two get equal shares over a whole
 // run, so two ranks scale by less than 2x whatever the trainer does. This mode measures that
 // bound directly: the trainer's own step (forward, loss, backward, SGD) on every rank, a
@@ -129,7 +131,8 @@ double p90_over_median(std::vector<double> v) {
 // step-synchronous ceiling rows). The 1-rank side is measured in the same seconds: the timed
 // steps go in four blocks, and each block also runs the same number of steps on every rank
 // alone while the others sleep (the order of the two halves alternating between blocks), so
-// the machine's drift over a minute, which moves runs taken apart by up to 20%, cancels.
+// the machine's drift over a minute, which moves runs taken apart more than most changes,
+// cancels.
 struct SyncResult {
   int rank = 0;               // this process's; the vectors below are filled on rank 0
   double images_per_s = 0;    // all ranks together, a barrier after each step
@@ -160,14 +163,13 @@ void sleeping_barrier() {
 // two busy cores being slower than one. Where its scaling is below a target, no synchronous
 // trainer of steps that long could reach the target on that machine in those seconds. The
 // work per step is rank 0's calibration, broadcast, so every rank does exactly the same.
-// Measured 2026-12-05 on the 2-core VM, nine pairs alternated with the step-synchronous probe:
-// arithmetic scaled 1.88-2.12x at lenet's step length (our step 1.66-1.92x) and 1.91-2.04x at
-// resnet20's (1.73-1.94x); a step that only reads and writes a 256 KB buffer, 1.87-1.94x.
-// Both probes also time each rank's steps alone, so a spread can be told from contention: in
-// five or six alternations later that day (lenet 200 steps, resnet20 60), our step's p90
-// lay above its median by a median 12% together and 18% alone (lenet), 13% and 12% (resnet20);
-// arithmetic's by 7-9% either way. Our step spreads as wide with the other rank asleep, so
-// what it loses beyond arithmetic is the machine's memory moving under it, not our two ranks.
+// Alternated with the step-synchronous probe on the 2-core VM, arithmetic scaled further than
+// our step at both models' step lengths, and a step that only reads and writes a 256 KB buffer
+// about as far as our step. Both probes also time each rank's steps alone, so a spread can be
+// told from contention: our step's 90th percentile lies as far above its median alone as
+// together, further than arithmetic's either way (docs/performance.md, "Where it stands, and
+// what bounds each figure"). Our step spreads as wide with the other rank asleep, so what it
+// loses beyond arithmetic is the machine's memory moving under it, not our two ranks.
 struct Calibration {
   long iterations = 0;  // of arithmetic(), to last as long as the step
   double step_ms = 0;   // the model's step alone, median of 5
@@ -260,6 +262,7 @@ int main(int argc, char** argv) {
   bool jitter = false, sync_arith = false;
   bool sgd = false;
   int change = 0, sync_steps = 0, sync_warmup = 0;
+  ddpv::BackendOptions tuning;  // Note [Tuning options]
   for (int i = 1; i < argc; i += 2) {
     if (!std::strcmp(argv[i], "--sgemm-only")) {
       sgemm_only = true;
@@ -269,6 +272,9 @@ int main(int argc, char** argv) {
       --i;
     } else if (!std::strcmp(argv[i], "--sync-arith")) {
       sync_arith = true;
+      --i;
+    } else if (!std::strcmp(argv[i], "--no-fuse")) {
+      tuning.fuse_layers = false;
       --i;
     } else if (i + 1 == argc) {
       std::fprintf(stderr, "model_bench: option %s needs a value\n", argv[i]);
@@ -289,7 +295,22 @@ int main(int argc, char** argv) {
       sync_steps = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--sync-warmup"))
       sync_warmup = std::atoi(argv[i + 1]);
-    else {
+    else if (!std::strcmp(argv[i], "--cpu-conv")) {
+      const auto algo = ddpv::find_choice<ddpv::ConvAlgorithm>(argv[i + 1]);
+      if (!algo) {
+        std::fprintf(stderr, "model_bench: --cpu-conv %s: use %s\n", argv[i + 1],
+                     ddpv::choice_list<ddpv::ConvAlgorithm>().c_str());
+        return 2;
+      }
+      tuning.conv_algorithm = *algo;
+    } else if (!std::strcmp(argv[i], "--cpu-layout")) {
+      const bool nhwc = !std::strcmp(argv[i + 1], "nhwc");
+      if (!nhwc && std::strcmp(argv[i + 1], "blocked") != 0) {
+        std::fprintf(stderr, "model_bench: --cpu-layout %s: use blocked or nhwc\n", argv[i + 1]);
+        return 2;
+      }
+      tuning.activation_block = nhwc ? 0 : -1;
+    } else {
       std::fprintf(stderr, "model_bench: unknown option %s\n", argv[i]);
       return 2;
     }
@@ -318,9 +339,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   using namespace ddpv;
-  BackendOptions bo;
+  BackendOptions bo = tuning;
   bo.threads = threads;
   auto backend = make_backend(bo);
+  std::printf("backend: %s\n", backend->name().c_str());
   const Shape in = model_name == "lenet" ? Shape{28, 28, 1} : Shape{32, 32, 3};
   auto model = make_model(model_name, *backend, in, 10);
   model->init_parameters(1);

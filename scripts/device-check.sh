@@ -363,7 +363,7 @@ fi
 ddpv_profile() {  # precision [batchnorm path] -> $OUT_DIR/profile-ddpv-PREC[-PATH].txt
   local prec=$1 bn=${2:-} total=$((PROFILE_STEPS + 5))
   local file=$OUT_DIR/profile-ddpv-$prec${bn:+-$bn}.txt
-  DDPV_CUDA_BN=$bn DDPV_LOG_LEVEL=debug timeout 120 "$BIN/ddpv-train" --model resnet50 \
+  DDPV_LOG_LEVEL=debug timeout 120 "$BIN/ddpv-train" ${bn:+--cuda-bn "$bn"} --model resnet50 \
     --synthetic --device cuda --batch-size "$BATCH" --synthetic-size $((BATCH * total)) \
     --max-steps "$total" --precision "$prec" --profile-layers --no-progress >"$file" 2>&1 ||
     say "  ddpv profile $prec ${bn:-}: exit status $?"
@@ -376,7 +376,7 @@ if [[ ${PROFILE:-1} == 1 ]]; then
   done
   # BatchNorm through cuDNN's plain functions, as before the first GPU run (Note [BatchNorm on
   # cuDNN]): the comparison that says whether the Ex functions paid.
-  if time_left; then say "profile: the same, fp32, DDPV_CUDA_BN=legacy"; ddpv_profile fp32 legacy; fi
+  if time_left; then say "profile: the same, fp32, --cuda-bn legacy"; ddpv_profile fp32 legacy; fi
   if [[ -s $OUT_DIR/profile-torch.txt ]]; then  # written in part 4
     grep -A14 '^== torch' "$OUT_DIR/profile-torch.txt" | cut -c1-150 | tee -a "$REPORT"
   fi

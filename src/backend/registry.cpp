@@ -25,6 +25,19 @@ Precision parse_precision(const std::string& name) {
 
 const char* precision_name(Precision p) { return choice_name(p); }
 
+std::span<const ChoiceWord<ConvAlgorithm>> choices(ConvAlgorithm) {
+  static constexpr ChoiceWord<ConvAlgorithm> kWords[] = {{"auto", ConvAlgorithm::kAuto},
+                                                         {"direct", ConvAlgorithm::kDirect},
+                                                         {"winograd", ConvAlgorithm::kWinograd}};
+  return kWords;
+}
+
+std::span<const ChoiceWord<BatchNormPath>> choices(BatchNormPath) {
+  static constexpr ChoiceWord<BatchNormPath> kWords[] = {{"ex", BatchNormPath::kEx},
+                                                         {"legacy", BatchNormPath::kLegacy}};
+  return kWords;
+}
+
 void Backend::sgd_update_sum(const SgdConfig&, const std::vector<ParamSpan>&, int64_t, float*,
                              const std::vector<const float*>&, float*) {
   DDPV_FAIL("the ", device_name(device()),

@@ -61,6 +61,12 @@ po::options_description describe(TrainOptions& o) {
     ("precision", choice(&o.precision), "fp32 | bf16 (bf16: CUDA only; fp16: not implemented yet)")
     ("reduce-dtype", choice(&o.reduce_dtype), "gradient allreduce type: fp32, or bf16 (half the bytes, rounded gradients)")
     ("threads", po::value(&o.threads)->default_value(o.threads), "CPU threads per rank (0: this rank's share of the node's cores)");
+  po::options_description tuning("Backend tuning (for comparisons and diagnosis; the defaults are the fast paths)");
+  tuning.add_options()
+    ("cpu-layout", choice(&o.cpu_layout), "CPU: activations between layers in channel blocks of the ISA (blocked) or in nhwc")
+    ("cpu-conv", choice(&o.cpu_conv), "CPU: stride-1 3x3 and 5x5 convolutions: auto (per layer), direct (oneDNN) or winograd (ours, where a layer allows it)")
+    ("no-fuse", po::bool_switch(&o.no_fuse), "CPU: run every layer on its own (no convolution + ReLU, BatchNorm + ReLU, ... fusions), to rule a fusion out")
+    ("cuda-bn", choice(&o.cuda_bn), "CUDA: BatchNorm on cuDNN's ex functions (NHWC persistent kernels) or its legacy ones");
   po::options_description opt("Optimisation");
   opt.add_options()
     ("epochs", po::value(&o.epochs)->default_value(o.epochs), "epochs to train")
@@ -100,7 +106,7 @@ po::options_description describe(TrainOptions& o) {
   test.add_options()
     ("test-busy-per-image", po::value(&o.test_busy_per_image), "CPU: seconds per image each rank's timers add to its busy time, as in 0.03/0.01 (one per rank), so that the rank report, the straggler warning and --balance see a slow rank that is not slow");
   po::options_description all;
-  all.add(data).add(model).add(opt).add(dist).add(out).add(test);
+  all.add(data).add(model).add(tuning).add(opt).add(dist).add(out).add(test);
   return all;
 }
 

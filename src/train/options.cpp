@@ -35,6 +35,12 @@ std::span<const ChoiceWord<ReduceDtype>> choices(ReduceDtype) {
   return kWords;
 }
 
+std::span<const ChoiceWord<CpuLayout>> choices(CpuLayout) {
+  static constexpr ChoiceWord<CpuLayout> kWords[] = {{"blocked", CpuLayout::kBlocked},
+                                                     {"nhwc", CpuLayout::kNhwc}};
+  return kWords;
+}
+
 void validate_options(const TrainOptions& o, bool cuda_device) {
   require(o.synthetic || !o.data.empty(),
           "--data is required (an HDF5 store made by ddpv-convert), or use --synthetic");
@@ -48,6 +54,13 @@ void validate_options(const TrainOptions& o, bool cuda_device) {
           std::string("--precision ") + choice_name(o.precision) +
               " runs on CUDA devices only; use --precision fp32 on CPU");
   require(o.precision != Precision::kF16, "--precision fp16 is not implemented: use bf16 (or fp32)");
+  // Note [Tuning options]: each switch tunes one backend; on the other it would do nothing.
+  require(!cuda_device || (o.cpu_layout == CpuLayout::kBlocked &&
+                           o.cpu_conv == ConvAlgorithm::kAuto && !o.no_fuse),
+          "--cpu-layout, --cpu-conv and --no-fuse tune the CPU backend: drop them, or run "
+          "with --device cpu");
+  require(cuda_device || o.cuda_bn == BatchNormPath::kEx,
+          "--cuda-bn tunes the CUDA backend: drop it on a CPU run");
   // Boost reads "inf" and "nan" as numbers; none of these options has a use for them.
   for (const auto& [name, v] : {std::pair{"--lr", o.lr},
                                 {"--momentum", o.momentum},
@@ -169,6 +182,8 @@ std::string options_to_config(const TrainOptions& o) {
     << "\nmodel = " << o.model << "\ndevice = " << choice_name(o.device)
     << "\nprecision = " << choice_name(o.precision)
     << "\nreduce-dtype = " << choice_name(o.reduce_dtype) << "\nthreads = " << o.threads
+    << "\ncpu-layout = " << choice_name(o.cpu_layout) << "\ncpu-conv = " << choice_name(o.cpu_conv)
+    << "\nno-fuse = " << b(o.no_fuse) << "\ncuda-bn = " << choice_name(o.cuda_bn)
     << "\nepochs = " << o.epochs << "\nmax-steps = " << o.max_steps
     << "\nrun-steps = " << o.run_steps << "\nbatch-size = " << o.batch_size << "\nlr = " << o.lr
     << "\nmomentum = " << o.momentum << "\nnesterov = " << b(o.nesterov)

@@ -36,6 +36,10 @@ Trainer::Impl::Impl(const TrainOptions& options, World& w)
         o.threads > 0 ? o.threads : auto_threads(world.local_size());  // Note [Threads per rank]
     bo.precision = o.precision;
     bo.deterministic = o.deterministic;
+    bo.activation_block = o.cpu_layout == CpuLayout::kNhwc ? 0 : -1;  // Note [Tuning options]
+    bo.conv_algorithm = o.cpu_conv;
+    bo.fuse_layers = !o.no_fuse;
+    bo.cuda_batchnorm = o.cuda_bn;
     backend = make_backend(bo);
     if (o.profile_layers) backend->set_profile(&profile);  // Note [Layer profile]
     if (!o.batch_split.empty())  // on one rank too: a split for another world size is a mistake

@@ -43,4 +43,16 @@ grep -q '^layer profile: 5 steps, ' "$WORK/prof.txt" || { cat "$WORK/prof.txt"; 
 for row in conv1 conv2 fc1 fc2 data loss optimizer "step agreement"; do
   grep -q "^  $row  *[a-z]" "$WORK/prof.txt" || { cat "$WORK/prof.txt"; fail "no profile row for $row"; }
 done
+# Note [Tuning options]: the backend switches, from a config file as from the command line,
+# reach the layers (conv2 on oneDNN's direct kernels, nothing fused), rank 0's start line lists
+# them, and the model learns as it does on the fast paths.
+printf 'cpu-conv = direct\nno-fuse = true\n' >"$WORK/tune.cfg"
+mpirun_np 2 -x DDPV_LOG_LEVEL=debug "$BIN/ddpv-train" --data "$WORK/tiny.h5" --model lenet --epochs 3 --batch-size 32 \
+  --lr 0.05 --no-augment --config "$WORK/tune.cfg" --metrics "$WORK/tune.jsonl" >"$WORK/tune.txt" 2>&1 || { cat "$WORK/tune.txt"; fail "training with tuning options exited non-zero"; }
+grep -q 'info: lenet on cpu (.*, conv direct, no fusion)' "$WORK/tune.txt" || { cat "$WORK/tune.txt"; fail "the start line does not list the tuning options"; }
+conv2=$(grep '^  conv2: ' "$WORK/tune.txt")
+[ -n "$conv2" ] || { cat "$WORK/tune.txt"; fail "no conv2 in the layer list"; }
+case $conv2 in *winograd*|*"+ relu"*|*maxpool*) fail "conv2 should run direct and unfused: $conv2" ;; esac
+acc=$(json_field "$WORK/tune.jsonl" summary val_acc)
+"$PY" -c "import sys; a=float('$acc'); sys.exit(0 if a > 0.9 else 1)" || fail "val_acc $acc <= 0.9 with --cpu-conv direct --no-fuse"
 echo "PASS"

@@ -257,29 +257,31 @@ TEST(ModelTest, FusedLayersComputeWhatSeparateLayersCompute) {
   }
 }
 
-// DDPV_CPU_FUSE=off turns the fusions off whatever the option says; a value other than on or
-// off is refused, naming the variable (as DDPV_CPU_CONV's is).
-TEST(ModelTest, FusionSwitchFromTheEnvironment) {
+// Note [Tuning options]: the backend follows its options alone (no environment variable
+// turns a fusion or a convolution algorithm on or off behind them), and its name lists the
+// options that are not the default.
+TEST(ModelTest, TuningComesFromTheOptionsAndShowsInTheName) {
   BackendOptions o;
   o.threads = 1;
-  ::setenv("DDPV_CPU_FUSE", "off", 1);
-  EXPECT_FALSE(make_backend(o)->fuse_layers());
-  ::setenv("DDPV_CPU_FUSE", "on", 1);
-  EXPECT_TRUE(make_backend(o)->fuse_layers());
+  ::setenv("DDPV_CPU_FUSE", "off", 1);  // read by earlier versions; no longer
+  ::setenv("DDPV_CPU_CONV", "direct", 1);
+  ::setenv("DDPV_CPU_LAYOUT", "nhwc", 1);
+  const auto fast = make_backend(o);
+  EXPECT_TRUE(fast->fuse_layers());
+  EXPECT_TRUE(fast->activation_block() == 8 || fast->activation_block() == 16) << fast->name();
+  EXPECT_EQ(fast->name().find("no fusion"), std::string::npos) << fast->name();
+  EXPECT_EQ(fast->name().find("conv "), std::string::npos) << fast->name();
+  ::unsetenv("DDPV_CPU_FUSE");
+  ::unsetenv("DDPV_CPU_CONV");
+  ::unsetenv("DDPV_CPU_LAYOUT");
   o.fuse_layers = false;
-  EXPECT_FALSE(make_backend(o)->fuse_layers());
-  o.fuse_layers = true;
-  for (auto [name, value] : {std::pair{"DDPV_CPU_FUSE", "yes"}, {"DDPV_CPU_CONV", "fft"}}) {
-    ::setenv(name, value, 1);
-    try {
-      make_backend(o);
-      ADD_FAILURE() << name << "=" << value << " was accepted";
-    } catch (const Error& e) {
-      EXPECT_NE(e.message().find(name), std::string::npos) << e.message();
-    }
-    ::unsetenv(name);
-  }
-  EXPECT_TRUE(make_backend(o)->fuse_layers());
+  o.conv_algorithm = ConvAlgorithm::kDirect;
+  o.activation_block = 0;
+  const auto plain = make_backend(o);
+  EXPECT_FALSE(plain->fuse_layers());
+  EXPECT_EQ(plain->activation_block(), 0);
+  for (const char* shown : {"no fusion", "conv direct", "nhwc activations"})
+    EXPECT_NE(plain->name().find(shown), std::string::npos) << shown << ": " << plain->name();
 }
 
 // A single process learns a small separable problem: lenet on images whose class is the

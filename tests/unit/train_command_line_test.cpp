@@ -88,6 +88,46 @@ TEST(CommandLine, AnUnknownWordIsRefusedNamingTheOptionAndItsWords) {
   }
 }
 
+// Note [Tuning options]: the backend switches are options, each refused on the backend it
+// does not tune.
+TEST(CommandLine, TuningOptionsParseAndNameTheirBackend) {
+  const TrainOptions d = parse({"--synthetic"}).options;
+  EXPECT_EQ(d.cpu_layout, CpuLayout::kBlocked);
+  EXPECT_EQ(d.cpu_conv, ConvAlgorithm::kAuto);
+  EXPECT_FALSE(d.no_fuse);
+  EXPECT_EQ(d.cuda_bn, BatchNormPath::kEx);
+  const TrainOptions o = parse({"--synthetic", "--device", "cpu", "--cpu-layout", "nhwc",
+                                "--cpu-conv", "winograd", "--no-fuse"})
+                             .options;
+  EXPECT_EQ(o.cpu_layout, CpuLayout::kNhwc);
+  EXPECT_EQ(o.cpu_conv, ConvAlgorithm::kWinograd);
+  EXPECT_TRUE(o.no_fuse);
+  const TrainOptions c = parse_config("cpu-conv = direct\nno-fuse = true\n").options;
+  EXPECT_EQ(c.cpu_conv, ConvAlgorithm::kDirect);
+  EXPECT_TRUE(c.no_fuse);
+  const TrainOptions back = parse_config(options_to_config(o)).options;
+  EXPECT_EQ(back.cpu_layout, o.cpu_layout);
+  EXPECT_EQ(back.cpu_conv, o.cpu_conv);
+  EXPECT_EQ(back.no_fuse, o.no_fuse);
+  EXPECT_EQ(back.cuda_bn, o.cuda_bn);
+
+  std::string e = refusal({"--synthetic", "--cpu-conv", "fft"});
+  EXPECT_NE(e.find("use auto, direct or winograd"), std::string::npos) << e;
+  e = refusal({"--synthetic", "--cuda-bn", "fast"});
+  EXPECT_NE(e.find("use ex or legacy"), std::string::npos) << e;
+  e = refusal({"--synthetic", "--device", "cpu", "--cuda-bn", "legacy"});
+  EXPECT_NE(e.find("--cuda-bn tunes the CUDA backend"), std::string::npos) << e;
+  try {  // a CPU switch on a CUDA run, as validation sees it
+    TrainOptions g;
+    g.synthetic = true;
+    g.no_fuse = true;
+    validate_options(g, /*cuda_device=*/true);
+    ADD_FAILURE() << "--no-fuse was accepted on a CUDA run";
+  } catch (const UsageError& u) {
+    EXPECT_NE(std::string(u.what()).find("--device cpu"), std::string::npos) << u.what();
+  }
+}
+
 TEST(CommandLine, AliasesParseAndPrintAsTheirFirstWord) {
   EXPECT_EQ(find_choice<DeviceChoice>("gpu"), DeviceChoice::kCuda);
   EXPECT_STREQ(choice_name(DeviceChoice::kCuda), "cuda");

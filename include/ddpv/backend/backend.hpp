@@ -273,6 +273,14 @@ enum class ConvAlgorithm : uint8_t {
   kDirect,    // the library's direct convolution everywhere
   kWinograd,  // Winograd wherever the layer allows it (stride 1, 3x3 or 5x5, ...)
 };
+std::span<const ChoiceWord<ConvAlgorithm>> choices(ConvAlgorithm);  // auto | direct | winograd
+
+// CUDA: which cuDNN functions BatchNorm runs on (Note [BatchNorm on cuDNN]).
+enum class BatchNormPath : uint8_t {
+  kEx,      // cudnnBatchNormalization*Ex, NHWC persistent kernels where cuDNN has them
+  kLegacy,  // the plain cudnnBatchNormalizationForwardTraining / Backward
+};
+std::span<const ChoiceWord<BatchNormPath>> choices(BatchNormPath);  // ex | legacy
 
 struct BackendOptions {
   Device device = Device::kCpu;
@@ -280,16 +288,20 @@ struct BackendOptions {
   int threads = 0;       // CPU threads per rank; 0 = the runtime's default
   Precision precision = Precision::kF32;
   bool deterministic = false;
-  // CPU: the activation block (Note [Blocked activations]); -1 = the ISA's (or the
-  // DDPV_CPU_LAYOUT environment variable: "nhwc" or "blocked"), 0 = NHWC.
+  // Note [Tuning options]: the switches below exist for comparisons and for ruling a fast
+  // path out when results look wrong; ddpv-train sets them from --cpu-layout, --cpu-conv,
+  // --no-fuse and --cuda-bn (or a config file), and the backend's name() lists any that is
+  // not the default. The library reads no environment variable for them.
+  // CPU: the activation block (Note [Blocked activations]); -1 = the ISA's, 0 = NHWC.
   int activation_block = -1;
   // CPU: how stride-1 3x3 and 5x5 convolutions compute (Note [Winograd convolution]); kAuto
-  // (or the DDPV_CPU_CONV environment variable: "auto", "direct" or "winograd") picks per layer.
+  // picks per layer.
   ConvAlgorithm conv_algorithm = ConvAlgorithm::kAuto;
   // CPU: let layers merge with their neighbours (docs/architecture.md, "Layer fusion"); false
-  // (or the DDPV_CPU_FUSE environment variable set to "off") runs every layer on its own, for
-  // comparisons and for ruling a fusion out when results look wrong.
+  // runs every layer on its own.
   bool fuse_layers = true;
+  // CUDA: BatchNorm's cuDNN functions.
+  BatchNormPath cuda_batchnorm = BatchNormPath::kEx;
 };
 
 class LayerProfile;

@@ -19,6 +19,10 @@ namespace ddpv {
 enum class ReduceDtype : uint8_t { kF32, kBF16 };
 std::span<const ChoiceWord<ReduceDtype>> choices(ReduceDtype);  // fp32 | bf16
 
+// --cpu-layout: activations between CPU layers in channel blocks (the ISA's) or NHWC.
+enum class CpuLayout : uint8_t { kBlocked, kNhwc };
+std::span<const ChoiceWord<CpuLayout>> choices(CpuLayout);  // blocked | nhwc
+
 struct TrainOptions {
   // data
   std::string data;                 // HDF5 image store; empty with synthetic
@@ -35,6 +39,11 @@ struct TrainOptions {
   Precision precision = Precision::kF32;       // bf16: CUDA only; fp16: refused
   ReduceDtype reduce_dtype = ReduceDtype::kF32;  // Note [bf16 reduction] in grad_reducer.hpp
   int threads = 0;                  // CPU threads per rank (0: auto, see auto_threads())
+  // backend tuning, for comparisons and diagnosis (Note [Tuning options] in backend.hpp)
+  CpuLayout cpu_layout = CpuLayout::kBlocked;
+  ConvAlgorithm cpu_conv = ConvAlgorithm::kAuto;
+  bool no_fuse = false;
+  BatchNormPath cuda_bn = BatchNormPath::kEx;
   // schedule
   int64_t epochs = 1;
   int64_t max_steps = 0;            // 0: no limit; else stop after this many steps in total

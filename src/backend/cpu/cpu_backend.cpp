@@ -31,44 +31,16 @@ constexpr int64_t kParallelMin = 1 << 16;
 
 // Note [Relayout by transposes]: between NCHW and blocks of b channels, block by block, a
 // block is a transpose of hw x b floats. Loop by loop (one float a time: a gather on one side)
-// lenet's flatten took 72 us for a batch's 7 x 7 x 64 in a hot cache; in 8 x 8 tiles of
-// registers, transposed by shuffles, 29-31 us each way. In the step, where the source comes
-// from L3, the gain is smaller: 0.93-1.04% -> 0.81% of model_bench --sgd 1 lenet under perf.
+// is more than twice as slow as 8 x 8 tiles of registers transposed by shuffles, in a hot
+// cache; in the step, where the source comes from L3, the gain is smaller but measurable
+// (model_bench --sgd 1 lenet under perf).
 const bool kAvx2 = __builtin_cpu_supports("avx2");
 
-// Note [Blocked activations] on oneDNN: 16-channel blocks where AVX-512 runs, 8 otherwise;
-// DDPV_CPU_LAYOUT=nhwc keeps NHWC (for comparisons), =blocked (the default) blocks.
+// Note [Blocked activations] on oneDNN: 16-channel blocks where AVX-512 runs, 8 otherwise.
 int preferred_block() {
-  if (const char* env = std::getenv("DDPV_CPU_LAYOUT")) {
-    const std::string v = env;
-    DDPV_CHECK(v == "nhwc" || v == "blocked", "DDPV_CPU_LAYOUT must be nhwc or blocked, got '", v,
-               "'");
-    if (v == "nhwc") return 0;
-  }
   const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
   const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
   return (isa & avx512) == avx512 ? 16 : 8;
-}
-
-// Note [Winograd convolution]: DDPV_CPU_CONV=direct|winograd|auto overrides the option's kAuto.
-ConvAlgorithm conv_algorithm(ConvAlgorithm option) {
-  const char* env = std::getenv("DDPV_CPU_CONV");
-  if (option != ConvAlgorithm::kAuto || env == nullptr) return option;
-  const std::string v = env;
-  DDPV_CHECK(v == "auto" || v == "direct" || v == "winograd",
-             "DDPV_CPU_CONV must be auto, direct or winograd, got '", v, "'");
-  return v == "direct"     ? ConvAlgorithm::kDirect
-         : v == "winograd" ? ConvAlgorithm::kWinograd
-                           : ConvAlgorithm::kAuto;
-}
-
-// DDPV_CPU_FUSE=off runs every layer on its own whatever the option says; =on keeps the option.
-bool fuse_layers_option(bool option) {
-  const char* env = std::getenv("DDPV_CPU_FUSE");
-  if (env == nullptr) return option;
-  const std::string v = env;
-  DDPV_CHECK(v == "on" || v == "off", "DDPV_CPU_FUSE must be on or off, got '", v, "'");
-  return option && v == "on";
 }
 
 class CpuBackend final : public Backend {
@@ -82,8 +54,13 @@ class CpuBackend final : public Backend {
                precision_name(options.precision), " was asked: use --precision fp32");
     ctx_.threads = options.threads;
     ctx_.block = options.activation_block >= 0 ? options.activation_block : preferred_block();
-    ctx_.conv = conv_algorithm(options.conv_algorithm);
-    fuse_ = fuse_layers_option(options.fuse_layers);
+    ctx_.conv = options.conv_algorithm;
+    fuse_ = options.fuse_layers;
+    // Note [Tuning options]: a switch that is not the default shows in name().
+    if (ctx_.block == 0) tuning_ += ", nhwc activations";
+    if (ctx_.conv != ConvAlgorithm::kAuto)
+      tuning_ += std::string(", conv ") + choice_name(ctx_.conv);
+    if (!fuse_) tuning_ += ", no fusion";
     DDPV_CHECK(ctx_.block == 0 || ctx_.block == 8 || ctx_.block == 16,
                "the CPU backend keeps activations in NHWC (block 0) or in blocks of 8 or 16 "
                "channels, not ",
@@ -102,7 +79,7 @@ class CpuBackend final : public Backend {
     const int threads = ctx_.threads > 0 ? ctx_.threads : omp_get_max_threads();
     return "cpu (oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
            std::to_string(v->patch) + ", " + std::to_string(threads) +
-           (threads == 1 ? " thread)" : " threads)");
+           (threads == 1 ? " thread" : " threads") + tuning_ + ")";
   }
 
   Allocator* allocator() override { return host_allocator(); }
@@ -149,7 +126,7 @@ class CpuBackend final : public Backend {
 #pragma omp for simd
       for (int64_t i = 0; i < count; ++i) {
         // Load dy unconditionally: a load under the condition is control flow to GCC, which then
-        // leaves the loop scalar and branchy (it was 28% of a resnet20 step).
+        // leaves the loop scalar and branchy (it was then a large share of a resnet20 step).
         const float g = dy[i];
         dx[i] = y[i] > 0.0f ? g : 0.0f;
       }
@@ -242,8 +219,8 @@ class CpuBackend final : public Backend {
     if (fb == 1 || tb == 1) {
       // NCHW <-> blocks of b channels (NHWC: b = c): block cb of image i holds the same hw x b
       // floats in both layouts, [b][hw] on the NCHW side and [hw][b] on the other, so each
-      // block is one transpose, written in order (lenet's flatten: 0.27 ms a step through the
-      // general loop below, whose stores scattered one float at a time).
+      // block is one transpose, written in order (lenet's flatten was slow through the general
+      // loop below, whose stores scattered one float at a time).
       const int b = fb == 1 ? tb : fb;
       in_team(static_cast<int64_t>(n) * image >= kParallelMin, [&] {  // Note [No team of one]
 #pragma omp for collapse(2)
@@ -298,6 +275,7 @@ class CpuBackend final : public Backend {
  private:
   cpu::CpuContext ctx_;
   bool fuse_ = true;  // docs/architecture.md, "Layer fusion"
+  std::string tuning_;  // the tuning options that are not the default, for name()
 };
 
 // Note [Fused SGD]: one pass over each span applies PyTorch's torch.optim.SGD (dampening 0):

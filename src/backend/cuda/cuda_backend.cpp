@@ -126,7 +126,8 @@ class CudaUploadStream final : public UploadStream {
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(const BackendOptions& o)
-      : ctx_(std::make_shared<cuda::CudaContext>(o.device_index, o.precision, o.deterministic)),
+      : ctx_(std::make_shared<cuda::CudaContext>(o.device_index, o.precision, o.deterministic,
+                                                 o.cuda_batchnorm)),
         device_alloc_(ctx_.get()),
         pinned_alloc_(ctx_.get()),
         flag_(sizeof(int)) {}
@@ -141,9 +142,12 @@ class CudaBackend final : public Backend {
     int runtime = 0;
     (void)cudaRuntimeGetVersion(&runtime);
     const size_t dnn = cudnnGetVersion();
-    return detail::concat("cuda (", ctx_->device_name(), " #", ctx_->device(), ", CUDA ",
-                          runtime / 1000, ".", runtime % 1000 / 10, ", cuDNN ", dnn / 10000, ".",
-                          dnn % 10000 / 100, ", ", precision_name(ctx_->precision()), ")");
+    return detail::concat(
+        "cuda (", ctx_->device_name(), " #", ctx_->device(), ", CUDA ", runtime / 1000, ".",
+        runtime % 1000 / 10, ", cuDNN ", dnn / 10000, ".", dnn % 10000 / 100, ", ",
+        precision_name(ctx_->precision()),
+        // Note [Tuning options]: shown when not the default
+        ctx_->batchnorm_path() == BatchNormPath::kLegacy ? ", batchnorm legacy" : "", ")");
   }
 
   Allocator* allocator() override { return &device_alloc_; }

@@ -1,7 +1,5 @@
 // BatchNorm on cuDNN, NHWC fp32 in every precision: training forward (batch statistics, running
 // statistics updated as PyTorch does), inference forward, and backward.
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 
 #include "backend/cuda/cuda_context.hpp"
@@ -23,11 +21,10 @@ namespace {
 //    fails there too). A backward that declines the Ex function falls back to the plain one
 //    in the same mode, which reads the same saved statistics.
 //    Inference always uses SPATIAL (PERSISTENT is a training-only mode).
-//    DDPV_CUDA_BN=legacy uses the plain functions (PERSISTENT, then SPATIAL as above) from the
-//    start, for comparisons: what training used until the first GPU run. They take no
-//    workspace and are slow: on the H200 (resnet50 fp32, batch 256) BatchNorm took 686 ms of
-//    a 1036 ms step with them and 27.5 ms of 366 with the Ex functions (docs/performance.md,
-//    "Device runs", 2026-12-04).
+//    --cuda-bn legacy (BatchNormPath::kLegacy) uses the plain functions (PERSISTENT, then
+//    SPATIAL as above) from the start, for comparisons: what training used until the first GPU
+//    run. They take no workspace and are several times slower on resnet50's shapes (the
+//    figures: docs/performance.md, GPU).
 //  - The persistent kernels read the per-channel vectors (gamma, beta, the running and saved
 //    statistics, their gradients) 16 bytes at a time and fault with "misaligned address"
 //    otherwise; the arenas keep every tensor 64-byte aligned (Note [Aligned entries]).
@@ -39,8 +36,7 @@ class CudaBatchNorm final : public BatchNormOp {
         cfg_(cfg),
         saved_mean_(sizeof(float) * cfg.channels),
         saved_inv_var_(sizeof(float) * cfg.channels) {
-    const char* env = std::getenv("DDPV_CUDA_BN");
-    if (env != nullptr && std::strcmp(env, "legacy") == 0) ex_ = false;
+    ex_ = ctx_->batchnorm_path() == BatchNormPath::kEx;  // --cuda-bn
     DDPV_CHECK(cfg.channels > 0 && cfg.h > 0 && cfg.w > 0,
                "batchnorm2d: invalid configuration (channels ", cfg.channels, ", ", cfg.h, "x",
                cfg.w, ")");

@@ -31,8 +31,9 @@ DeviceMemory& DeviceMemory::operator=(DeviceMemory&& o) noexcept {
   return *this;
 }
 
-CudaContext::CudaContext(int device, Precision precision, bool deterministic)
-    : device_(device), precision_(precision), deterministic_(deterministic) {
+CudaContext::CudaContext(int device, Precision precision, bool deterministic,
+                         BatchNormPath batchnorm)
+    : device_(device), precision_(precision), deterministic_(deterministic), batchnorm_(batchnorm) {
   DDPV_CUDA_CHECK(cudaSetDevice(device));
   cudaDeviceProp prop{};
   DDPV_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));

@@ -74,7 +74,7 @@ struct ConvAlgo {
 // an op asks once per call for everything it needs and carves it with ScratchCarver.
 class CudaContext {
  public:
-  CudaContext(int device, Precision precision, bool deterministic);
+  CudaContext(int device, Precision precision, bool deterministic, BatchNormPath batchnorm);
   ~CudaContext();
   CudaContext(const CudaContext&) = delete;
   CudaContext& operator=(const CudaContext&) = delete;
@@ -83,6 +83,7 @@ class CudaContext {
   Precision precision() const { return precision_; }
   bool bf16() const { return precision_ == Precision::kBF16; }
   bool deterministic() const { return deterministic_; }
+  BatchNormPath batchnorm_path() const { return batchnorm_; }
   cudaStream_t stream() const { return stream_; }
   cudnnHandle_t cudnn() const { return cudnn_; }
   cublasHandle_t cublas() const { return cublas_; }
@@ -105,6 +106,7 @@ class CudaContext {
   int device_;
   Precision precision_;
   bool deterministic_;
+  BatchNormPath batchnorm_;
   std::string device_name_;
   cudaStream_t stream_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
