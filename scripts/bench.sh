@@ -5,8 +5,9 @@
 # on 2 ranks with a barrier after each, against 1: the step-synchronous ceiling; and of
 # arithmetic in registers as long as that step, the same way: the arithmetic ceiling), the sgemm
 # peak for the roofline, and the wall time to 91% test accuracy on Fashion-MNIST.
-# Ours and PyTorch's alternate, ROUNDS times; bench/peer/report.py prints medians and ratios
-# and writes bench/results/latest.md and latest.png. Method: docs/performance.md.
+# Ours and PyTorch's alternate, ROUNDS times; bench/peer/report.py prints medians and ratios,
+# writes bench/results/latest.md and latest.png, and appends the run's figures to
+# bench/results/history.jsonl (bench/plot_history.py draws them). Method: docs/performance.md.
 #   ROUNDS=3           rounds of the throughput runs (medians over rounds)
 #   QUICK=1            smoke test: 1 round, a few steps, 1 epoch on a 6000-image subset;
 #                      results go to $BUILD_DIR/bench-run/quick, not bench/results
@@ -15,6 +16,9 @@
 #                      A B B A... (medians over rounds)
 #   SKIP_TTA=1         no time-to-accuracy runs
 #   RESULTS_DIR=DIR    where latest.md and latest.png go
+#   HISTORY=FILE       the run-by-run record a full run is appended to (default
+#                      $RESULTS_DIR/history.jsonl; HISTORY= appends nothing; QUICK and
+#                      SKIP_TTA runs are never appended)
 #   UPDATE_DOCS=1      also put the table into docs/performance.md (between its bench markers)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,6 +48,7 @@ else
   declare -A WARMUP=([lenet]=10 [resnet20]=3) TIMED=([lenet]=80 [resnet20]=24)
 fi
 RAW=$WORK/raw
+HISTORY=${HISTORY-$RESULTS_DIR/history.jsonl}
 for v in ROUNDS TTA_ROUNDS; do
   if ! [[ ${!v} =~ ^[1-9][0-9]*$ ]]; then
     echo "bench.sh: $v must be a positive integer, got '${!v}'" >&2
@@ -245,6 +250,10 @@ meta = {
     "timed": {"lenet": ${TIMED[lenet]}, "resnet20": ${TIMED[resnet20]}},
     "cpu": sh("lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1"),
     "cores": sh("getconf _NPROCESSORS_ONLN"), "kernel": platform.release(),
+    "simd": ("avx512" if sh("grep -m1 -ow avx512f /proc/cpuinfo") else
+             "avx2" if sh("grep -m1 -ow avx2 /proc/cpuinfo") else ""),
+    "commit": sh("git rev-parse --short=12 HEAD 2>/dev/null"),
+    "dirty": bool(sh("git status --porcelain --untracked-files=no 2>/dev/null")),
     "ddpv": sh("$BIN/ddpv-train --version"), "torch": torch.__version__,
     "onednn": sh("dpkg-query -W -f='\${Version}' libdnnl-dev"),
     "mpi": sh("${MPIRUN:-mpirun} --version | head -1"), "cxx": sh("c++ --version | head -1"),
@@ -255,4 +264,5 @@ meta = {
 json.dump(meta, open(sys.argv[1], "w"), indent=1)
 EOF
 "$PY" bench/peer/report.py "$RAW" --md "$RESULTS_DIR/latest.md" --png "$RESULTS_DIR/latest.png" \
-  $([ "${UPDATE_DOCS:-0}" = 1 ] && echo --docs docs/performance.md)
+  $([ "${UPDATE_DOCS:-0}" = 1 ] && echo --docs docs/performance.md) \
+  ${HISTORY:+--history "$HISTORY"}

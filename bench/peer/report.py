@@ -4,9 +4,12 @@ the raw results that scripts/bench.sh leaves in one directory (their files and h
 read: bench/peer/raw_results.py).
 
     report.py RAW_DIR --md latest.md --png latest.png [--docs docs/performance.md]
+              [--history bench/results/history.jsonl]
 
 Prints the table, writes it as Markdown (with the machine) and draws the figures against their
-targets as bar charts (Agg).
+targets as bar charts (Agg). With --history it appends one record of the table's figures to
+that JSON-lines file (bench/peer/history.py; the schema in bench/plot_history.py), for a full
+run only (incomplete() says what is not).
 """
 import argparse
 import json
@@ -14,6 +17,7 @@ import os
 import statistics
 import sys
 
+import history
 from raw_results import collect, time_to_target
 
 GFLOP_PER_IMAGE = {"resnet20": 0.245, "lenet": 0.0665}  # training (3x forward), as model_bench
@@ -428,12 +432,44 @@ def update_docs(path, md):
         f.write(pre + DOC_START + "\n" + md + DOC_END + post)
 
 
+def incomplete(res, meta, ours_tta, theirs_tta, balanced_tta):
+    """Why the run is not a full `make bench` run, or None where it is. A full run is not
+    QUICK (a smoke test of a few steps, not a measurement), ran the time-to-91% part (not
+    SKIP_TTA), and has every round of what its targets are judged on: each throughput
+    configuration of both sides and the sgemm peak in all of meta's rounds, and each side's
+    time-to-91% runs (ours, PyTorch's and ours under --balance) in all of its tta_rounds. A
+    side that ran but missed 91% is a result, not a gap. scripts/bench.sh stops at the first
+    failed run before it calls this script, so a gap here is a raw directory put together or
+    cut by hand. The ceiling and probe rows are context, judged on nothing, and not required."""
+    if meta.get("quick"):
+        return "a QUICK smoke run"
+    if meta.get("skip_tta"):
+        return "SKIP_TTA=1: no time to 91%"
+    n = meta.get("rounds")
+    for side, name in (("ours", "ddpvision"), ("torch", "PyTorch")):
+        for (m, w), by_round in res[side].items():
+            if len(by_round) != n:
+                return f"{name} {m} at {w} rank(s) has {len(by_round)} of {n} rounds"
+    if len(res["sgemm1"]) != n:
+        return f"the sgemm peak has {len(res['sgemm1'])} of {n} rounds"
+    k = meta.get("tta_rounds")  # absent in raw results from before it was recorded
+    for name, side in (("ddpvision", ours_tta), ("PyTorch", theirs_tta),
+                       ("ddpvision --balance", balanced_tta)):
+        if not side:
+            return f"no time-to-91% runs of {name}"
+        if k is not None and len(side) != k:
+            return f"{len(side)} of {k} time-to-91% rounds of {name}"
+    return None
+
+
 def main(argv):
     p = argparse.ArgumentParser(prog="report.py", description=__doc__.split("\n")[0])
     p.add_argument("raw")
     p.add_argument("--md", required=True)
     p.add_argument("--png", required=True)
     p.add_argument("--docs", default="", help="also replace the table in this Markdown file")
+    p.add_argument("--history", default="",
+                   help="append the run's record to this JSON-lines file (full runs only)")
     a = p.parse_args(argv)
     meta = json.load(open(os.path.join(a.raw, "meta.json")))
     res = collect(a.raw)
@@ -455,12 +491,21 @@ def main(argv):
               + (" (QUICK smoke run)" if meta.get("quick") else ""))
     if a.docs:
         update_docs(a.docs, md)
+    appended = ""
+    if a.history:  # last, so that a record means its table was written
+        why = incomplete(res, meta, ours_tta, theirs_tta, balanced_tta)
+        if why:
+            print(f"report.py: {a.history}: no record appended: {why}", file=sys.stderr)
+        else:
+            history.append(a.history, history.record(rows, meta, statistics.median(res["sgemm1"]),
+                                                     res["allocator"]))
+            appended = f"; one record appended to {a.history}"
     widths = [max(len(r[i]) for r in rows + [["figure", "ddpvision", "PyTorch", "ratio",
                                                 "target", "met"]]) for i in range(6)]
     print()
     for r in [["figure", "ddpvision", "PyTorch", "ratio", "target", "met"]] + rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
-    print(f"\nwritten: {a.md}, {a.png}" + (f", {a.docs}" if a.docs else ""))
+    print(f"\nwritten: {a.md}, {a.png}" + (f", {a.docs}" if a.docs else "") + appended)
     return 0
 
 

@@ -1,9 +1,9 @@
 #!/bin/bash
 # The `make bench` tooling: bench/peer/report.py turns hand-made raw results into the expected
-# medians, ratios and verdicts (figures worked out by hand below), model_bench's
-# step-synchronous probe runs on 2 ranks, and bench/peer/torch_ddp.py runs 2-rank DDP on
-# synthetic data and on a tiny store. Skips (77) without torch, h5py or
-# matplotlib.
+# medians, ratios and verdicts (figures worked out by hand below) and appends a full run's
+# record to a history that bench/plot_history.py draws, model_bench's step-synchronous probe
+# runs on 2 ranks, and bench/peer/torch_ddp.py runs 2-rank DDP on synthetic data and on a tiny
+# store. Skips (77) without torch, h5py or matplotlib.
 source "$(dirname "$0")/lib.sh"
 if ! "$PY" -c 'import torch, h5py, matplotlib' 2>/dev/null; then
   echo "skip: torch, h5py or matplotlib missing"
@@ -119,8 +119,8 @@ cat >"$raw/torch-fmnist-r3.json" <<'EOF'
                              {"epoch": 2, "val_acc": 0.93, "elapsed_s": 70.0}]}
 EOF
 cat >"$raw/meta.json" <<'EOF'
-{"date": "2026-01-01 00:00 UTC", "quick": false, "rounds": 2, "tta_epochs": 3, "skip_tta": false,
- "batch": 64, "cpu": "Test CPU", "cores": "2", "kernel": "k", "ddpv": "ddpv-train 0", "torch": "t",
+{"date": "2026-01-01 00:00 UTC", "quick": false, "rounds": 2, "tta_epochs": 3, "tta_rounds": 3,
+ "skip_tta": false, "batch": 64, "cpu": "Test CPU", "cores": "2", "kernel": "k", "ddpv": "ddpv-train 0", "torch": "t",
  "onednn": "o", "mpi": "m", "cxx": "c", "python": "p", "load_start": "0", "load_end": "0", "wall_s": 60}
 EOF
 cat >"$WORK/doc.md" <<'EOF'
@@ -169,6 +169,110 @@ expect "malloc system (before Note [Peer allocator]), tcmalloc (libtc.so))"
 doc=$(cat "$WORK/doc.md")
 [[ $doc == *"| lenet images/s, 2 ranks x 1 thread | 2100"* && $doc != *old* && $doc == *tail ]] ||
   fail "the docs table was not replaced between the markers: $doc"
+
+# The history (bench/peer/history.py; the schema in bench/plot_history.py): a full run appends
+# exactly one record whose figures are the numbers its table printed, a second run a second;
+# a QUICK run or one short of a round appends nothing and says why.
+hist=$WORK/history.jsonl
+for n in 1 2; do
+  "$PY" "$SRC/bench/peer/report.py" "$raw" --md "$WORK/hist$n.md" --png "$WORK/hist$n.png" \
+    --history "$hist" >"$WORK/hist$n.out" || fail "report.py --history failed: $(cat "$WORK/hist$n.out")"
+  [[ $(wc -l <"$hist") == "$n" ]] || fail "run $n: $(wc -l <"$hist") lines in the history, not $n"
+  grep -q "one record appended to $hist" "$WORK/hist$n.out" || fail "run $n does not say it appended"
+done
+"$PY" - "$hist" "$WORK/hist1.md" <<'EOF' || fail "the history records: $(cat "$hist")"
+import json, re, sys
+first, second = [json.loads(line) for line in open(sys.argv[1])]
+assert first == second, (first, second)
+rec = first
+assert list(rec) == ["when", "cpu", "cores", "simd", "rounds", "tta_rounds", "sgemm_1t_gflops",
+                     "peer_allocator", "load_start", "load_end", "wall_min", "commit", "dirty",
+                     "source", "figures"], list(rec)
+assert (rec["when"], rec["cpu"], rec["cores"], rec["rounds"], rec["tta_rounds"]) == \
+    ("2026-01-01T00:00Z", "Test CPU", 2, 2, 3), rec
+assert rec["sgemm_1t_gflops"] == 100.0 and rec["wall_min"] == 1.0 and rec["commit"] is None, rec
+assert rec["peer_allocator"] == "system (before Note [Peer allocator]), tcmalloc (libtc.so)", rec
+f = rec["figures"]
+# The figures worked out by hand at the top of this script.
+want = {
+    "lenet_1rank_ips": {"ours": 1100, "peer": 450, "ratio": 2.44, "met": False},
+    "lenet_2rank_ips": {"ours": 2100, "peer": 700, "ratio": 3.0, "met": True},
+    "resnet20_1rank_ips": {"ours": 200, "peer": 100, "ratio": 2.0},
+    "resnet20_2rank_ips": {"ours": 400, "peer": 160, "ratio": 2.5, "met": True},
+    "lenet_scaling": {"ours": 1.91, "peer": 1.56, "ratio": 1.23, "met": False},
+    "lenet_ceiling": {"ours": 1.68}, "lenet_sync_ceiling": {"ours": 1.64},
+    "lenet_step_sync_ceiling": {"ours": 1.92}, "lenet_arith_ceiling": {"ours": 1.94},
+    "lenet_busier_rank_pct": {"ours": 15},
+    "resnet20_scaling": {"ours": 2.0, "peer": 1.6, "ratio": 1.25, "met": True},
+    "resnet20_roofline_pct": {"ours": 49.0, "peer": 19.6, "met": False},
+    "resnet20_2rank_gflops": {"ours": 98.0, "peer": 39.2, "ratio": 2.5},
+    "tta91_s": {"ours": 21.0, "peer": 70.0, "ratio": 0.3, "met": True},
+    "tta91_balanced_s": {"ours": 18.0, "peer": 70.0, "ratio": 0.26},
+}
+assert f == want, {k: (f.get(k), want.get(k)) for k in set(f) | set(want) if f.get(k) != want.get(k)}
+# And each against its row of the table, read here on its own: the leading number of the
+# ours, PyTorch and ratio cells, and the met column.
+rows = {}
+for line in open(sys.argv[2]):
+    cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+    if line.startswith("| ") and len(cells) == 6:
+        rows[cells[0]] = cells
+def lead(cell):
+    m = re.match(r"[-+]?[0-9.]+", cell)
+    return float(m.group(0)) if m else None
+names = {"lenet_1rank_ips": "lenet images/s, 1 rank x 1 thread",
+         "resnet20_2rank_ips": "resnet20 images/s, 2 ranks x 1 thread",
+         "lenet_scaling": "lenet scaling 1 -> 2 ranks",
+         "resnet20_2rank_gflops": "resnet20 GFLOP/s, 2 ranks (% of 2-core sgemm peak)",
+         "lenet_busier_rank_pct": "lenet 2-rank runs: the busier rank's work over the other's"}
+for key, name in names.items():
+    cells = rows[name]
+    for sub, cell in (("ours", cells[1]), ("peer", cells[2]), ("ratio", cells[3])):
+        assert f[key].get(sub) == lead(cell), (key, sub, f[key], cell)
+    if "met" in f[key]:
+        assert f[key]["met"] == cells[5].startswith("yes"), (key, f[key], cells[5])
+tta = next(c for n, c in rows.items() if n.startswith("time to 91%") and "--balance" not in n)
+assert (f["tta91_s"]["ours"], f["tta91_s"]["peer"], f["tta91_s"]["ratio"]) == \
+    tuple(lead(c) for c in tta[1:4]), tta
+EOF
+cp -r "$raw" "$WORK/raw5"
+sed -i 's/"quick": false/"quick": true/' "$WORK/raw5/meta.json"
+"$PY" "$SRC/bench/peer/report.py" "$WORK/raw5" --md "$WORK/hist5.md" --png "$WORK/hist5.png" \
+  --history "$hist" >/dev/null 2>"$WORK/hist5.err" || fail "report.py failed on a QUICK run"
+grep -q "no record appended: a QUICK smoke run" "$WORK/hist5.err" || fail "QUICK: $(cat "$WORK/hist5.err")"
+cp -r "$raw" "$WORK/raw6"
+rm "$WORK/raw6/torch-lenet-w1-r2.json"
+"$PY" "$SRC/bench/peer/report.py" "$WORK/raw6" --md "$WORK/hist6.md" --png "$WORK/hist6.png" \
+  --history "$hist" >/dev/null 2>"$WORK/hist6.err" || fail "report.py failed on a missing round"
+grep -q "no record appended: PyTorch lenet at 1 rank(s) has 1 of 2 rounds" "$WORK/hist6.err" ||
+  fail "a missing round: $(cat "$WORK/hist6.err")"
+[[ $(wc -l <"$hist") == 2 ]] || fail "a partial run was appended to the history"
+
+# bench/plot_history.py draws the history (this one, and the project's own), and refuses a
+# missing file or a malformed line with one line naming the file and the line.
+"$PY" "$SRC/bench/plot_history.py" "$hist" --out "$WORK/history.png" >/dev/null ||
+  fail "plot_history.py failed on the history"
+[[ $(head -c 8 "$WORK/history.png" | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]] ||
+  fail "plot_history.py wrote no PNG"
+"$PY" "$SRC/bench/plot_history.py" "$SRC/bench/results/history.jsonl" --out "$WORK/ours.png" \
+  >/dev/null || fail "plot_history.py failed on bench/results/history.jsonl"
+refuses() {  # FILE EXPECTED: plot_history.py fails on FILE with one line containing EXPECTED
+  if "$PY" "$SRC/bench/plot_history.py" "$1" --out "$WORK/bad.png" >/dev/null 2>"$WORK/bad.err"; then
+    fail "plot_history.py accepted $1"
+  fi
+  [[ $(wc -l <"$WORK/bad.err") == 1 ]] && grep -qF "$2" "$WORK/bad.err" ||
+    fail "plot_history.py on $1: expected one line with '$2', got: $(cat "$WORK/bad.err")"
+}
+refuses "$WORK/no-such.jsonl" "plot_history.py: $WORK/no-such.jsonl: no such file"
+cp "$hist" "$WORK/bad1.jsonl"
+echo '{"when": "2026-01-02T00:00Z", "figures": {"lenet_scaling": {"ours": 1.9' >>"$WORK/bad1.jsonl"
+refuses "$WORK/bad1.jsonl" "plot_history.py: $WORK/bad1.jsonl:3: not JSON"
+cp "$hist" "$WORK/bad2.jsonl"
+echo '{"when": "yesterday", "figures": {}}' >>"$WORK/bad2.jsonl"
+refuses "$WORK/bad2.jsonl" "$WORK/bad2.jsonl:3: 'when' is \"yesterday\""
+cp "$hist" "$WORK/bad3.jsonl"
+echo '{"when": "2026-01-02T00:00Z", "figures": {"lenet_scaling": {"ours": "fast"}}}' >>"$WORK/bad3.jsonl"
+refuses "$WORK/bad3.jsonl" "$WORK/bad3.jsonl:3: figure 'lenet_scaling' has ours = \"fast\""
 
 # A round that misses the target leaves its side without a time (and the ratio n/a).
 cp -r "$raw" "$WORK/raw2"
