@@ -25,13 +25,12 @@ TARGET_ACC = 0.91
 
 # Note [The synchronous ceiling]: the ceiling row adds the images/s of two independent 1-rank
 # runs started together. On this project's VM the two often get unequal shares of the cores
-# (the pair's two runs differed by up to 9% in the rounds of the run below, and by 33% in a
-# pair run by hand the same evening, 6136 against 4606 lenet images/s; /proc/stat shows no
-# steal time), and a synchronous trainer cannot use the faster share: every step each rank
-# waits for the other at the gradient exchange, so two ranks run at about twice the slower
-# process's pace. "2 x the slower run" is that bound, measured on the same pair; the scaling
-# target is still judged on the plain 1 -> 2 ratio. Measured 2026-12-04 (22:49 `make bench`):
-# resnet20's 2-rank rounds reached 99-102% of it and 95-98% of the sum.
+# (by up to a third in a pair run by hand, with no steal time in /proc/stat), and a
+# synchronous trainer cannot use the faster share: every step each rank waits for the other
+# at the gradient exchange, so two ranks run at about twice the slower process's pace. "2 x
+# the slower run" is that bound, measured on the same pair; the scaling target is still
+# judged on the plain 1 -> 2 ratio. The trainer's 2-rank rounds track this bound more closely
+# than the pair's sum (docs/performance.md, "Where it stands, and what bounds each figure").
 
 
 def ours_images_per_s(path, middle_half=False):

@@ -48,12 +48,11 @@ os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
 # Note [Peer allocator]: PyTorch's CPU tensors come from malloc and go back to it every step.
 # glibc serves the large ones (lenet's activations at batch 64: up to 6.4 MB) by mmap, or from
 # the top of its heap, and returns them to the kernel when they are freed, so every step
-# faults its activations in again, page by page: 3 500 minor faults a step for lenet at 1 rank
-# (`/usr/bin/time`: 320 000 over 90 steps, 2 of its 7-9 s in the kernel), a cost that moves
-# with the host's load on a VM. With glibc as it comes, the peer ran lenet at 770-890 images/s
-# on one rank and resnet20 at 160-230; with freed memory kept (tcmalloc, or glibc's mmap and
-# trim thresholds raised) at 1 500-2 240 and 370-505 (2026-12-05, alternated;
-# docs/performance-log.md, "The peer's allocator"). PyTorch's own CPU launcher
+# faults its activations in again, page by page: thousands of minor faults a step for lenet at
+# 1 rank (`/usr/bin/time`), a large share of its time in the kernel, a cost that moves with the
+# host's load on a VM. Alternated, glibc as it comes ran the peer at less than half its speed
+# with freed memory kept (tcmalloc, or glibc's mmap and trim thresholds raised), for lenet and
+# resnet20 alike (docs/performance.md, "Method"). PyTorch's own CPU launcher
 # (torch.backends.xeon.run_cpu) preloads tcmalloc (or jemalloc where tcmalloc is missing) for
 # this reason, and ddpv-train keeps its tensors from step to step (Note [Grow-only
 # activations] in layer.cpp). So the peer runs under tcmalloc where it is installed

@@ -39,15 +39,15 @@ class HostAllocator final : public Allocator {
 }  // namespace
 
 // Note [Huge pages for large tensors]: a tensor's memory is touched first by the allocator's
-// zero-fill, and on this VM each 4 KiB page fault costs about 10 us: growing resnet20's
-// tensors from a batch of 64 to 80 (about 160 MiB, as --balance may ask: Note [Balanced
-// batches]) made that step 526 ms against 88. Allocations from 2 MiB up are 2 MiB aligned and
-// advised for transparent huge pages, which Debian and Ubuntu give on request (`madvise`
-// mode): `model_bench --model resnet20 --batch 64 --batch-change 80 --threads 1 --sgd 1`,
-// alternated three times, 542, 546 and 727 ms against 408, 308 and 302 for that first step,
-// and a first training step of 261 and 425 ms against 538 and 529. The steady step did not
-// move (884, 865, 876 against 874, 807, 872 images/s), nor did it with the Winograd buffers
-// on huge pages too, so those keep 4 KiB pages. Where huge pages are off this is a no-op.
+// zero-fill, and on a VM a 4 KiB page fault is dear: growing resnet20's tensors from a batch of
+// 64 to 80 (about 160 MiB, as --balance may ask: Note [Balanced batches]) made that step
+// several times a steady one. Allocations from 2 MiB up are 2 MiB aligned and advised for
+// transparent huge pages, which Debian and Ubuntu give on request (`madvise` mode): alternated
+// with 4 KiB pages (`model_bench --model resnet20 --batch 64 --batch-change 80 --threads 1
+// --sgd 1`), that first step and a run's first training step were markedly shorter, the steady
+// step unchanged (docs/performance.md, "Distributed"), nor did the steady step move with the
+// Winograd buffers on huge pages too, so those keep 4 KiB pages. Where huge pages are off this
+// is a no-op.
 void* allocate_host_pages(size_t bytes) {
   constexpr size_t kHuge = size_t{2} << 20;
   if (bytes < kHuge) {

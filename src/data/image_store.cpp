@@ -17,8 +17,9 @@ namespace ddpv {
 // each run is read by one H5Dread of a regular hyperslab into a dense buffer, which is then
 // scattered into the order the caller asked for. The design first asked for one H5Dread of the
 // union of all runs, but HDF5 1.10 maps an irregular (union) selection onto chunks element by
-// element: on Fashion-MNIST, 128 random rows took 9.5 ms as one union read and 0.5 ms as 128
-// regular reads (see docs/performance.md). A contiguous range is one run: read_range is one call.
+// element: on Fashion-MNIST, 128 random rows read as one union took many times as long as 128
+// regular reads (docs/performance.md, "Data path"). A contiguous range is one run:
+// read_range is one call.
 
 // A split's dims are only a claim (Note [Claimed rows] in h5.hpp): before the labels are
 // allocated (4 bytes per row, and the sampler's orders and the loader's cache follow from N),

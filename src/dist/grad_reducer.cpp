@@ -73,9 +73,9 @@ void GradReducer::mark_ready(int param_index) {
 // gradients, which backward finishes last, so nothing is left for it to overlap with. wait()
 // reduces it with the communicator's blocking allreduce once the launched buckets are done.
 // With MPI that is Open MPI's tuned MPI_Allreduce, faster than libnbc's MPI_Iallreduce +
-// MPI_Wait: 0.30 against 0.50 ms for lenet's 1.7 MiB on 2 ranks with cold buffers, +1.1%
-// images/s for 2-rank lenet, whose gradients are all one bucket (docs/performance.md). A
-// blocking NCCL allreduce is its launch + wait, as before.
+// MPI_Wait for lenet's 1.7 MiB on 2 ranks with cold buffers, and measurably faster for 2-rank
+// lenet, whose gradients are all one bucket (docs/performance.md, "Distributed"). A blocking
+// NCCL allreduce is its launch + wait, as before.
 void GradReducer::launch_ready_buckets() {
   while (next_launch_ < plan_.size() - 1 && pending_[static_cast<size_t>(next_launch_)] == 0) {
     launch(next_launch_, /*blocking=*/false);

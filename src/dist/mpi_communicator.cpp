@@ -113,11 +113,11 @@ void run_allreduce(MPI_Comm comm, int size, void* data, int64_t count, CommType 
 //    advances only inside MPI calls, so the reducer calls progress() (an MPI_Test) each time
 //    backward reports a tensor.
 // Measured (docs/performance.md, "Distributed"): the thread's collectives are Open MPI's tuned
-// blocking ones, 30-70% faster than libnbc's MPI_Iallreduce from 1 to 64 MiB. But Open MPI
+// blocking ones, much faster than libnbc's MPI_Iallreduce from 1 to 64 MiB. But Open MPI
 // waits by polling, and on a CPU node whose cores all compute, a communication thread that
 // wakes up and polls for a late peer takes cycles from backward: resnet20 steps on 2 ranks
-// were equal within noise with two buckets and 50-90% slower (medians) with one bucket per
-// tensor than with non-blocking collectives, whose polling is one MPI_Test per tensor.
+// were equal within noise with two buckets and far slower with one bucket per tensor than
+// with non-blocking collectives, whose polling is one MPI_Test per tensor.
 // kNonBlocking is therefore the default; kThread is for nodes with a spare core per rank,
 // where its faster collectives and real progress pay off.
 struct Queue {

@@ -54,9 +54,9 @@ namespace ddpv {
 // it, so nothing is left in /dev/shm, even after a crash. --no-shared-update turns it off.
 
 // Note [Updating while others finish]: on one node, a rank that finished its backward used to
-// wait at the first barrier for the slowest rank (a median 2.4 ms of a 27 ms lenet step on this
-// project's 2-core machine, from per-step jitter), and the slowest then still had its own slice
-// of the update ahead of it (0.41 ms), on the critical path of every step. Yet backward writes
+// wait at the first barrier for the slowest rank (a tenth of a lenet step on this project's
+// 2-core VM, from per-step jitter), and the slowest then still had its own slice of the update
+// ahead of it, on the critical path of every step. Yet backward writes
 // the gradient arena front to back (Note [Reverse layer order]): lenet's classifier, 88% of its
 // parameters, is final in every rank's arena long before its backward ends. So the arena is cut
 // into chunks of kChunkFloats, and the update is a queue of them, claimed in arena order from a
@@ -72,9 +72,8 @@ namespace ddpv {
 // step s is done, so it never overwrites a gradient that is still to be read. Waiting follows
 // Note [Waiting without spinning]: a spin with a pause and a yield of the core now and then,
 // for the runs with more ranks than cores, and sleeps once no chunk has moved for a while.
-// 2-rank lenet, alternated against the barrier path in one binary: a median +4.8% over 17 pairs
-// of 391-step runs and +5.7% over 10 pairs of the bench's 90-step runs (docs/performance.md,
-// "Updating while others finish").
+// Alternated against the barrier path in one binary, 2-rank lenet ran faster (the figures:
+// docs/performance.md, "Distributed").
 
 namespace {
 

@@ -15,11 +15,10 @@ Shape batch_shape(int64_t n, const Shape& per_sample) {
 // next full batch to reallocate them all again: four times an epoch in `make bench`'s
 // Fashion-MNIST runs, page faults and all. A tensor's storage now only grows: a shape that
 // fits takes a view of the storage from its start. `model_bench --batch 64 --batch-change 48`
-// (one thread; a step of 48 after 64, then of 64 after 48), the build before against this
-// one, alternated twice: lenet 16.0 / 15.0 and 28.6 / 26.8 ms -> 7.0 / 7.4 and 9.1 / 9.7 (a
-// step of 64 throughout: 9.4-9.9 and 8.8-9.4), resnet20 97.9 / 98.7 and 133.0 / 133.3 ms ->
-// 56.8 / 55.4 and 71.7 / 70.4 (73.8-74.7 and 70.2-70.5): lenet's Fashion-MNIST epochs lose
-// about 50 ms less, resnet20's CIFAR epochs about 200 ms.
+// (a step of 48 after 64, then of 64 after 48) shows what that saves: both steps after a
+// change took half as long or less than before, for lenet and resnet20 alike, with the steady
+// step of 64 unchanged, so an epoch's short last step no longer costs a round of page faults
+// (docs/architecture.md, "Memory between layers").
 void ensure_tensor(Tensor& t, const Shape& shape, Backend& backend) {
   if (t.owns_memory() && t.shape() == shape) return;
   if (t.owns_memory() && t.dtype() == DType::kF32 &&

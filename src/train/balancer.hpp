@@ -16,13 +16,13 @@ namespace ddpv {
 // shorter by those averaged speeds and by each of the last two windows' own, both windows
 // measured under the current split (after a change the two start again). A split that
 // shifts with every jitter would cost the backend a new set of primitives for each batch size
-// it visits and would gain nothing. (With one window enough, a `make bench` run at 04:44 on
-// 2026-12-05 moved to 72/56 on the first window after the warm-up, one rank 23% slower
-// there, and back ten steps later.) The two windows need not propose the same split: where
-// the other ranks' speeds wander (four ranks sharing two cores, or many ranks, where some
-// rank's share rounds differently in nearly every window), a rule that asked for the same
-// split twice kept a rank stopped three quarters of the time (1219 images per busy second,
-// the others 3156-4667) at its even share for 120 steps.
+// it visits and would gain nothing. (With one window enough, a `make bench` round with
+// --balance moved its split on the first window after the warm-up, where one rank was briefly
+// much slower, and back ten steps later.) The two windows need not propose the same split:
+// where the other ranks' speeds wander (four ranks sharing two cores, or many ranks, where
+// some rank's share rounds differently in nearly every window), a rule that asked for the
+// same split twice kept a rank stopped three quarters of the time, at well under half the
+// others' speed, at its even share for a whole run.
 class BatchBalancer {
  public:
   static constexpr int kEvery = 10;      // steps per decision

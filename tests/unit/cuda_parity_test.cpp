@@ -249,8 +249,8 @@ TEST_P(CudaParity, SoftmaxCrossEntropy) {
 // Note [bf16 reference] (tests/golden/make_golden.py): bf16 moves these tiny-batch gradients
 // by 10-50% of their norm, PyTorch's as much as ours, so bf16 gradients are held to PyTorch's
 // own bf16 error on the same case: the median and the worst over the model's tensors within
-// 1.5 times PyTorch's (the first H200 run: lenet 0.12 and 0.16 against PyTorch's 0.12 and 0.17,
-// resnet20's worst 0.54 against 0.51, both on layer1.1.bn2.weight). A bf16 path that lost
+// 1.5 times PyTorch's (on a GPU ours and PyTorch's errors came out alike, with the same worst
+// tensor, layer1.1.bn2.weight). A bf16 path that lost
 // precision anywhere else (a value through bf16 twice, a wrong rounding) lands far above.
 void expect_bf16_grads_like_pytorch(Model& model, const std::string& file) {
   std::vector<double> ours, torch;

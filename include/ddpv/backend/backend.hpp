@@ -23,7 +23,7 @@ const char* precision_name(Precision p);
 
 // Note [Blocked activations]: oneDNN's convolutions run faster on channel-blocked activations,
 // (N, C/b, H, W, b) with b = 8 on AVX2 and 16 on AVX-512 (oneDNN's nChw8c / nChw16c), than on
-// NHWC: 15-30% per convolution direction for resnet20's shapes on AVX2 (docs/performance-log.md).
+// NHWC, in every convolution direction for resnet20's shapes (docs/performance.md, CPU engine).
 // A backend names the block it prefers (Backend::activation_block(), 0 for none); a layer whose
 // channel count the block divides keeps its output in that layout and tells its ops so through
 // the `block` fields below (0 = NHWC). Since layers decide from their channel counts alone, a

@@ -27,8 +27,8 @@ struct ArenaEntry {
 // arena (parameters, gradients, momentum, buffers), so the optimizer, the allreduce and the
 // checksums may run over it as over any parameter. Devices want it: cuDNN's persistent
 // BatchNorm kernels read the per-channel vectors 16 bytes at a time and fault with "misaligned
-// address" otherwise (the H200 run of 2026-12-04: resnet20's 10-float fc.bias, first in the
-// arena, put every later tensor 8 bytes off), and vector loads on the CPU cross no cache line.
+// address" otherwise (on a GPU, resnet20's 10-float fc.bias, first in the arena, put every
+// later tensor 8 bytes off), and vector loads on the CPU cross no cache line.
 // param_count() is the arena's length; num_parameters() counts the model's own.
 inline constexpr int64_t kArenaAlign = 16;
 

@@ -21,10 +21,9 @@
 // thread order); forward_train then turns the sums into the mean and the biased variance (in
 // double: E[x^2] - E[x]^2 loses nothing that matters there) and normalises in one pass with
 // oneDNN's use_global_stats. Backward is built without that flag, so it still
-// differentiates through the batch statistics. conv_bn_bench (resnet20's stage shapes, batch
-// 64, one thread, alternated in one run): the BatchNorm 0.26-0.31 -> 0.13-0.15 ms (stage 1),
-// 0.15 -> 0.08-0.09 (stage 2), 0.07-0.08 -> 0.04-0.06 (stage 3); the convolution up to 0.06
-// ms dearer; convolution and BatchNorm together 3-6% faster.
+// differentiates through the batch statistics. conv_bn_bench (resnet20's stage shapes,
+// alternated in one run): the BatchNorm about half as long in every stage, the convolution a
+// little dearer, the two together faster (docs/performance.md, "CPU engine").
 //
 // Note [BatchNorm + residual]: a residual block ends in relu(bn2(conv2(...)) + shortcut):
 // oneDNN's normalisation writes bn2's output, and the add_relu pass reads it back with the
@@ -33,10 +32,9 @@
 // rectifies in one pass (x and the shortcut read, y written: two streams of five saved).
 // Backward is oneDNN's, which takes the statistics and x, never bn2's output, so that output
 // need not exist; the block's ReLU backward still masks dy with y. Every block of resnet20
-// (the projection blocks run their shortcut first). model_bench --sgd 1 resnet20, alternated
-// with the build before the three fusions of 2026-12-04 (Notes [Input gradient added] and
-// [Batch statistics from the convolution] too): 74.0 / 79.1 / 75.9 ms a step against 89.6 /
-// 83.5 / 80.7 on one thread, 43.9 / 53.3 against 48.5 / 57.3 on two.
+// (the projection blocks run their shortcut first). With Notes [Input gradient added] and
+// [Batch statistics from the convolution], alternated with the build before the three
+// fusions (model_bench --sgd 1 resnet20): a shorter step on one thread and on two.
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -130,11 +128,11 @@ class CpuBatchNorm final : public BatchNormOp {
     // NHWC: runs of C per position; blocked: runs of b per position, C / b blocks per image.
     // Note [Planes of one block]: the loop goes over (image, block) planes of hw runs that
     // share their channels, which it finds once per plane. Finding them per run of b floats
-    // (a 64-bit division and a remainder per 64 bytes) made this pass take 0.71 ms in
-    // resnet20's stage-1 blocks, against 0.22 ms for oneDNN's normalisation over two thirds
-    // of the bytes; per plane, layer1.0.bn2's forward took 0.44 / 0.44 / 0.46 ms against
-    // 0.66 / 0.66 / 0.56 (ddpv-train --profile-layers, one rank, alternated with the build
-    // before). AVX-512 clones of the loop gained nothing: it waits on memory.
+    // (a 64-bit division and a remainder per 64 bytes) made this pass several times slower
+    // than oneDNN's normalisation over two thirds of the bytes in resnet20's stage-1 blocks;
+    // per plane it is about a third faster than that was (ddpv-train --profile-layers,
+    // alternated with the build before). AVX-512 clones of the loop gained nothing: it waits
+    // on memory.
     const int64_t b = cfg_.block > 0 ? cfg_.block : ch, hw = int64_t{cfg_.h} * cfg_.w;
     const int64_t blocks = ch / b, planes = int64_t{n} * blocks;
     ctx_.bind_threads();

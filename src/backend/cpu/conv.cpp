@@ -22,7 +22,7 @@ namespace {
 
 // Note [Mixed activation layouts]: oneDNN's AVX2 kernels take NHWC -> NHWC or blocked ->
 // blocked, but a convolution from NHWC to blocked (the RGB stem, whose 3 channels cannot be
-// blocked, feeding 16 blocked ones) runs on the reference kernel, 50x slower. Such a
+// blocked, feeding 16 blocked ones) runs on the reference kernel, many times slower. Such a
 // convolution computes NHWC -> NHWC and reorders its blocked side: one pass over one
 // activation per direction, for the one or two layers of a network where it happens.
 //
@@ -31,19 +31,17 @@ namespace {
 // and backward-weights. The stem's images arrive NHWC; reordered to NCHW (3 channels: a sixth
 // of the output's floats) they feed that pair, which writes the blocked output and reads the
 // blocked gradient as they are, so neither 16-channel activation is reordered. oneDNN 2.6,
-// resnet20's stem (3 -> 16 channels, 3x3 on 32x32, batch 64, one thread, a harness alternating
-// the two): AVX-512 forward 0.34-0.37 ms against 0.51 for brgconv on NHWC plus 0.10-0.11 for
-// the output's reorder, backward-weights 0.33-0.36 against 0.33-0.34 plus 0.10 for dy's, the
-// input's reorder 0.06 each way; AVX2 (ONEDNN_MAX_CPU_ISA) 0.74 / 0.74 against 0.73 / 0.67
-// plus 0.12 each. In resnet20's step (ddpv-train --synthetic --profile-layers, one thread,
-// alternated with the build before, five pairs): the stem's forward 0.96-1.12 -> 0.46-0.52
-// ms, its backward unchanged (0.62-0.84 -> 0.60-0.72); the two 4 MiB NHWC copies are gone
-// (max RSS of 20 steps 201.6 -> 194.1 MB). The ImageNet stem (3 -> 64, 7x7 stride 2 on
-// 224x224, batch 8, two threads, the harness): forward 5.4 ms against 4.8 + 1.8 for the
-// reorder, backward-weights 6.4 against 7.5 + 1.8, the images' reorders 0.2 each: 12.2 ms a
-// step against 16.0. Where the pair is not there (a reference kernel would run) the
-// convolution stays NHWC -> NHWC as above. Backward-data, which a first layer
-// never runs and which has no planar kernel, stays NHWC -> NHWC with its own reorder of dy.
+// resnet20's stem in a harness alternating the two: on AVX-512 the planar forward is faster
+// than brgconv on NHWC plus the output's reorder, and backward-weights costs what the NHWC
+// kernel does without dy's reorder; on AVX2 (ONEDNN_MAX_CPU_ISA) the pair is about even with
+// NHWC before the reorders, ahead after them. In resnet20's step (ddpv-train --synthetic
+// --profile-layers, alternated with the build before) the stem's forward took about half as
+// long, its backward the same, and the two 4 MiB NHWC copies are gone (a smaller max RSS).
+// The ImageNet stem (3 -> 64, 7x7 stride 2 on 224x224) gains too: the reorders it saves cost
+// more than its slower forward (docs/performance.md, "CPU engine"). Where the pair is not
+// there (a reference kernel would run) the convolution stays NHWC -> NHWC as above.
+// Backward-data, which a first layer never runs and which has no planar kernel, stays NHWC ->
+// NHWC with its own reorder of dy.
 
 // A caller-owned tensor as one primitive sees it, in the layout it prefers: load() brings the
 // caller's values in, store() takes the primitive's result out (no-ops when the layouts agree).

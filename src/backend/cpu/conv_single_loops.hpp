@@ -16,9 +16,9 @@ namespace ddpv::cpu {
 namespace {  // NOLINT(google-build-namespaces): see above
 
 // Note [Single-channel convolution]: oneDNN 2.6 has no good kernel for a convolution from one
-// channel. On an AVX2 machine lenet's conv1 (1 -> 32 channels, 5x5 on 28x28, batch 64) took
-// 2.0 ms forward and 4.5 ms backward-weights (18 GFLOP/s), and its NHWC output needed a
-// reorder into the blocked layout both ways (1.5 ms each; Note [Mixed activation layouts]).
+// channel: lenet's conv1 (1 -> 32 channels, 5x5 on 28x28) ran its backward-weights far below
+// the FMA peak, and its NHWC output needed a reorder into the blocked layout both ways (Note
+// [Mixed activation layouts]).
 // These loops produce 8 output channels at a time, straight into the caller's layout: each
 // output vector is the sum over the window of an input scalar times a vector of 8 weights, and
 // the weight gradient sums dy vectors times input scalars, one row of dy (in L1) at a time.
@@ -78,9 +78,9 @@ DDPV_INLINE void forward_run(const Geometry& g, const float* xp, const float* wg
 
 // Note [Two channel groups per run]: with one group of 8 channels a step of the run loads a
 // weight vector and broadcasts 8 inputs for 8 FMAs, so the loads, not the FMAs, bound it
-// (lenet's conv1 forward ran at 57 GFLOP/s). Two groups share each broadcast input: 4 outputs
-// x 2 groups load 2 weight vectors and broadcast 4 inputs for 8 FMAs, and 28 outputs make 7
-// runs of 4 with no remainder. A lone last group keeps runs of 8 outputs.
+// (lenet's conv1 forward ran well below the FMA peak). Two groups share each broadcast input:
+// 4 outputs x 2 groups load 2 weight vectors and broadcast 4 inputs for 8 FMAs, and 28
+// outputs make 7 runs of 4 with no remainder. A lone last group keeps runs of 8 outputs.
 
 // Row oy of channels [8 grp, 8 grp + 8 G), group j's output x at yrow[j] + x * stride.
 template <int G>
@@ -116,7 +116,7 @@ DDPV_INLINE void forward_item(const Geometry& g, int i, int grp, const float* xp
 
 // Note [Max pooling fused into the convolution]: lenet's conv1 -> ReLU -> 2x2 max pooling
 // wrote a 64x28x28x32 activation (6.4 MB) that only the pooling read, and the pooling's
-// forward (5% of the step) was bound by reading it back from memory. When the pooling tiles
+// forward was bound by reading it back from memory. When the pooling tiles
 // its input (kernel = stride, no padding) and applies the ReLU's backward (Note [ReLU folded
 // into max pooling]), nothing else reads the convolution's output, so the convolution can pool
 // its own rectified rows while they are in L1: K rows at a time into a small buffer, then the
@@ -234,13 +234,13 @@ inline int64_t image_of(const Geometry& g) { return int64_t{g.h + 2 * g.p} * (g.
 
 // Note [Pooled weight gradient]: after forward_pooled, the pooling's backward wrote the
 // convolution's whole output gradient (lenet's conv1 at batch 64: 6.4 MB, three zeros in every
-// four) and the weight gradient read it back, 2 x 25 FMAs per output: together 9% of lenet's
-// step. Each pooled cell holds one gradient value v and the position q of its window's maximum
-// (-1 where the ReLU let nothing through), so channel c's weight gradient gains v times the
-// K x K input patch under that one output: K FMAs on rows of K taps (8 lanes, those past K
-// unused), a quarter of the dense loop's work, reading only the pooled gradient. The bias
-// gradient sums v over the live cells. Batches split by image into one slice per thread, each
-// with its own sums, added in slice order (the same result for the same thread count).
+// four) and the weight gradient read it back, 2 x 25 FMAs per output: together a sizeable share of
+// lenet's step. Each pooled cell holds one gradient value v and the position q of its window's
+// maximum (-1 where the ReLU let nothing through), so channel c's weight gradient gains v times the
+// K x K input patch under that one output: K FMAs on rows of K taps (8 lanes, those past K unused),
+// a quarter of the dense loop's work, reading only the pooled gradient. The bias gradient sums v
+// over the live cells. Batches split by image into one slice per thread, each with its own sums,
+// added in slice order (the same result for the same thread count).
 // PooledGeometry, above, gives each cell's patch (cell_at) and each window position's offset
 // (window_at). Where the CPU has AVX-512 and the runs hold 16 channels, a loop over channel
 // vectors replaces these (Note [Pooled weight gradient by channel vectors]).

@@ -13,8 +13,8 @@ namespace {
 // Note [Pooled weight gradient by channel vectors]: the loops of Note [Pooled weight gradient]
 // take one (image, channel, cell) at a time: its value v times the K x K patch under the
 // window's maximum, K FMAs on rows of 8 lanes of which K are taps, after 5 loads of the patch's
-// rows, the gradient, the position and two offset tables. They are bound by those loads (lenet's
-// conv1 at batch 64: 6.7% of the step on the AVX-512 EPYC). Here a vector holds 16 channels of
+// rows, the gradient, the position and two offset tables. They are bound by those loads, a
+// visible share of lenet's step on AVX-512. Here a vector holds 16 channels of
 // one cell instead: their values v and positions q, split into four vectors g_w = (q == w ? v :
 // 0), one per window position w = (wy, wx) of the 2 x 2 pooling. Channel c's weight gradient at
 // tap (ky, kx) gains sum_w g_w[c] x[cell + (ky + wy, kx + wx)]: each of the (K + 1)^2 inputs
@@ -22,10 +22,9 @@ namespace {
 // pair it serves, into K x K accumulators of 16 channels that stay in registers over a slice's
 // images. Four times the multiply-adds of the sparse loops (three of the four g_w lanes are
 // zero), all of them full-width, and one load per input instead of one per tap and cell.
-// Kernels 3 and 5 (9 and 25 accumulators of the 32 registers; 7 would need 49). AVX-512 EPYC,
-// one thread, lenet at batch 64, `ddpv-train --synthetic --profile-layers` alternated with the
-// build before (four pairs): conv1's backward 0.96 / 1.06 / 0.82 / 0.85 ms -> 0.67 / 0.60 /
-// 0.54 / 0.54, its share of the step 13.7-14.8% -> 11.2-11.8%.
+// Kernels 3 and 5 (9 and 25 accumulators of the 32 registers; 7 would need 49). Alternated
+// with the build before (`ddpv-train --synthetic --profile-layers`, lenet, one thread), conv1's
+// backward took about a third less time (docs/performance.md, "CPU engine").
 template <int K>
 void slice_sums(const PooledGradArgs& a, int i0, int i1, float* sums) {
   constexpr int S = K + 1;  // the inputs under a 2 x 2 window of outputs: S x S

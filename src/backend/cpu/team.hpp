@@ -16,11 +16,12 @@ namespace {  // NOLINT(google-build-namespaces): see above
 
 // Note [No team of one]: `#pragma omp parallel if (false)` still goes through libgomp. It
 // starts a team of one thread and ends it at a barrier whose last arrival wakes the waiters
-// with a futex system call, even when there are none: 1.2 us a region on the 2026-12-04 EPYC
-// (a paravirtualised guest, where a system call is dear), against nothing for a plain call.
-// resnet20's Winograd loops open about 3 900 regions a step (each transform and product, per
-// chunk of a few images): about 4.6 ms of an 84 ms step at one thread per rank, which is how
-// the benchmarks and most MPI jobs run (strace -c: 94 602 futex calls in a 4 s model_bench).
+// with a futex system call, even when there are none: on a paravirtualised guest, where a
+// system call is dear, that costs about a microsecond a region, against nothing for a plain
+// call. resnet20's Winograd loops open about 3 900 regions a step (each transform and product,
+// per chunk of a few images), several percent of the step at one thread per rank, which is how
+// the benchmarks and most MPI jobs run (strace -c counts the futex calls; docs/performance.md,
+// "CPU engine").
 // in_team(worth_it, f) runs f on the team only where the work is worth a team and the team
 // would have more than one thread; otherwise it calls f directly. The worksharing loops in f
 // (`#pragma omp for`, orphaned) then run whole on the calling thread, their barriers return at

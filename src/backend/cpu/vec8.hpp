@@ -17,8 +17,7 @@ using v8 = float __attribute__((vector_size(32)));
 // only change floats. std::memcpy, which this replaced, may change any object: after each
 // store the compiler reloaded every loop bound and stride it read through a reference (a
 // WinogradGeometry's channels, a lambda's captures), which cost three of the four Winograd
-// transforms 18-34% of their time (docs/performance-log.md, "conv2 + pool2 in the Winograd
-// transforms; vector stores").
+// transforms a large part of their time (docs/performance.md, "CPU engine").
 using v8u = float __attribute__((vector_size(32), aligned(4)));
 inline v8 load8(const float* p) { return *reinterpret_cast<const v8u*>(p); }
 inline void store8(float* p, v8 v) { *reinterpret_cast<v8u*>(p) = v; }

@@ -26,8 +26,8 @@ constinit thread_local bool t_alone = false;  // Note [Alone in a chunk] (team.h
 // Summed over input channels, the elementwise products become one GEMM per point of the
 // alpha x alpha transformed tile: (tiles x Cin) times (Cin x Cout). F(4x4, 5x5) needs 64
 // multiplications per tile and channel pair where the direct method needs 16 * 25 = 400, so
-// lenet's conv2 (32 -> 64 channels, 5x5 on 14x14), which ran at the sgemm peak in oneDNN's
-// direct kernels and was 70% of the step, needs about a sixth of the arithmetic.
+// lenet's conv2 (32 -> 64 channels, 5x5 on 14x14), which ran near the sgemm peak in oneDNN's
+// direct kernels and was most of the step, needs about a sixth of the arithmetic.
 //
 // Training needs all three directions, and each is the adjoint of a forward stage:
 //   forward:          V = Bt d B,  U = G w Gt,  M_p = V_p U_p,  y = At M A (+ bias)
@@ -44,19 +44,18 @@ constinit thread_local bool t_alone = false;  // Note [Alone in a chunk] (team.h
 // winograd_kernels.hpp). Images go through in
 // chunks so that a chunk's transformed input and output stay in cache between the transform
 // and the GEMM that reads it. The layers it serves (winograd_tile, winograd_choice.cpp) are
-// those where it was measured faster than oneDNN's direct kernels: docs/performance-log.md.
+// those where it was measured faster than oneDNN's direct kernels (conv_bench; the ratios in
+// docs/performance.md, "CPU engine").
 
 namespace {
 
 // Tiles per chunk of images (at least): the per-point GEMMs have this many rows. With fewer,
 // each GEMM's fixed costs show; with more, the chunk's transformed tiles leave the L2 cache
-// before the next stage reads them. conv_bench on an AVX2 machine, lenet's conv2 as a ratio
-// to oneDNN's direct kernels (two runs each): 16 rows 1.79x 1.79x, 32 rows 1.97x 1.99x,
-// 64 rows 1.88x 1.82x, 128 rows 1.76x 1.81x; resnet20's shapes within noise of each other.
-// Once the weight gradient's products ran on packed panels (Note [Packed weight-gradient
-// panels]), whose k is this many rows, 64 rows won: model_bench --sgd 1 lenet medians 20.37,
-// 20.09, 20.17 ms against 20.55, 20.25, 20.77 for 32 (alternated), and two processes on the
-// two cores 3208 against 3147 images/s each; resnet20 unchanged (391/388 against 390/387).
+// before the next stage reads them. In conv_bench (lenet's conv2 against oneDNN's direct
+// kernels, on AVX2) 32 and 64 rows beat 16 and 128; resnet20's shapes did not care. Once the
+// weight gradient's products ran on packed panels (Note [Packed weight-gradient panels]),
+// whose k is this many rows, 64 rows won narrowly over 32 in lenet's step, alternated, with
+// resnet20 unchanged.
 constexpr int kChunkRows = 64;
 
 }  // namespace
@@ -66,9 +65,9 @@ namespace {
 // Note [Page-aligned transformed buffers]: the transforms' time depended on where malloc put
 // the transformed buffers within a page (past glibc's mmap threshold, which rises after the
 // first large free, a large block starts at any 16-byte offset): with an unrelated 3 KB
-// allocation made earlier, conv2's output transform went from 3.8-4.2% to 5.5-6.5% of
-// lenet's step and output_adjoint from 3.8-4.1% to 4.5-5.0% (model_bench --sgd 1 under perf,
-// three runs each; aliasing between the tile loads and the stack copies they go to). Page-
+// allocation made earlier, conv2's output transform and output_adjoint took a markedly larger
+// share of lenet's step (model_bench --sgd 1 under perf; aliasing between the tile loads and
+// the stack copies they go to). Page-
 // aligned buffers take that out of malloc's hands: offsets of 0, 8, 256 and 512 floats from
 // a page boundary all gave the fast case. Grow-only; contents are not kept when it grows.
 class PageBuffer {
@@ -285,17 +284,16 @@ class WinogradConv2d final : public Conv2dOp {
   }
 
   // Note [Chunks between threads]: with a team, each thread takes whole chunks of images, in
-  // transformed buffers of its own, and the kernels run each chunk alone on it (Note [Alone in
-  // a chunk] in team.hpp). Splitting every stage of every chunk between the threads instead,
-  // as the kernels do for a lone chunk, costs a fork, a join and barriers per stage of every
-  // few images (resnet20: about 4 500 a step): 2 threads ran resnet20 at 72 ms a step against
-  // 78 on one, with a quarter of the time in libgomp's waits. With chunks between the threads:
-  // 48-59 ms (lenet 6.8-8.0 ms against 9.4-12.5), the one-thread path unchanged (model_bench
-  // --sgd 1, the commit before in a worktree, alternated, AVX-512 EPYC, 2 cores). The schedule
-  // is static, and the weight and bias gradients are summed per thread and added in thread
-  // order, so a run is the same bit for bit for the same thread count (the forward and the
-  // input gradient are those of one thread, bit for bit: each image goes through the same
-  // loops in the same order).
+  // transformed buffers of its own, and the kernels run each chunk alone on it (Note [Alone in a
+  // chunk] in team.hpp). Splitting every stage of every chunk between the threads instead, as the
+  // kernels do for a lone chunk, costs a fork, a join and barriers per stage of every few images
+  // (resnet20: about 4 500 a step): 2 threads ran resnet20 barely faster than one, with much of the
+  // time in libgomp's waits. With chunks between the threads both models' 2-thread steps are
+  // markedly shorter and the one-thread path is unchanged (model_bench --sgd 1 against the commit
+  // before, alternated; docs/performance.md, "CPU engine"). The schedule is static, and the weight
+  // and bias gradients are summed per thread and added in thread order, so a run is the same bit
+  // for bit for the same thread count (the forward and the input gradient are those of one thread,
+  // bit for bit: each image goes through the same loops in the same order).
   int team_for(int n) const {
     const int chunks = (n + chunk_ - 1) / chunk_;
     return std::max(1, std::min(omp_get_max_threads(), chunks));
@@ -365,8 +363,8 @@ class WinogradConv2d final : public Conv2dOp {
   }
 
   // ut[p][co][ci] = u[p][ci][co]: by 8 x 8 register transposes where AVX2 runs (cin and cout
-  // are multiples of 8 here; Note [Relayout by transposes]), 0.8% of lenet's step one float
-  // at a time.
+  // are multiples of 8 here; Note [Relayout by transposes]); one float at a time it was a
+  // measurable share of lenet's step.
   void transpose_filter() {
     const int cin = geo_.cin, cout = geo_.cout;
     for (int64_t p = 0; p < points_; ++p) {

@@ -42,10 +42,10 @@ int winograd_tile(ConvAlgorithm algorithm, const Conv2dConfig& c) {
   // Outputs of 2 x 2 or less waste most of a 4 x 4 tile.
   const int m = std::min(c.out_h(), c.out_w()) <= 2 ? 2 : 4;
   if (algorithm == ConvAlgorithm::kWinograd) return m;
-  // kAuto: where it was measured faster (docs/performance-log.md, "Winograd convolution"): 16
-  // channels and more. resnet20's stage 1 (16 -> 16, 3x3 on 32x32) joined once the transforms
-  // had their prefetches and shared columns: conv_bench 1.41x over oneDNN's direct kernels,
-  // where the first transforms gave 0.98x-1.04x.
+  // kAuto: where it was measured faster than oneDNN's direct kernels (conv_bench;
+  // docs/performance.md, "CPU engine"): 16 channels and more. resnet20's stage 1 (16 -> 16, 3x3
+  // on 32x32) joined once the transforms had their prefetches and shared columns; with the
+  // first transforms it only broke even.
   return std::min(c.in_channels, c.out_channels) >= 16 ? m : 0;
 }
 

@@ -26,13 +26,14 @@ constexpr int64_t kParallelGemmMin = 1 << 20;
 // channels) in vectors, the 5 x 5 filter gathered once from w's [cout][cin][r][r] and the
 // 8 x 5 and 8 x 8 intermediates kept in registers and L1; and its adjoint dw = g^T du g. As
 // generic loops over a runtime cout in winograd.cpp (baseline instruction set, each
-// intermediate row zeroed and accumulated in memory) they took 2.4% of a lenet step.
+// intermediate row zeroed and accumulated in memory) they were a visible share of a lenet
+// step.
 // The transformed filters lie point after point, u[p][ci][co], so an input channel's values
 // at one point are one run of cout floats: an input channel's output channels are done
 // together, and each point's run written (or, in the adjoint, read) whole. With each
-// (input channel, 8 output channels) on its own, 32 bytes per point, 8 KiB apart for lenet's
-// conv2: 1.33-1.41% of lenet's model_bench profile -> 0.90-0.98%, resnet20 0.86-0.98% ->
-// 0.44-0.72%.
+// (input channel, 8 output channels) on its own, the writes were 32 bytes per point, 8 KiB
+// apart for lenet's conv2; whole runs measured a smaller share of both lenet's and resnet20's
+// profiles (docs/performance.md, "CPU engine").
 
 // u[p][ci][co] = (g w[co][ci] g^T)[p], p = i a + j.
 template <int A, int M>
@@ -117,11 +118,10 @@ void filter_adjoint(const WinogradGeometry& geo, const float* gm, const float* d
 // around a loop of 32-64 steps of 12 FMAs (objdump: 35 stack accesses in the AVX-512 6 x 2
 // block, 46 in the AVX2 one). `#pragma GCC unroll` unrolls the loops over R and V early
 // enough that the accumulators become registers (1 stack access left), and the wide blocks
-// take `accumulate` as a template argument. Sums run in the same order. AVX-512 EPYC, one
-// thread, the build before alternated with this one, three runs each: model_bench --sgd 1
-// resnet20 103.3 / 104.0 / 99.6 -> 95.7 / 97.1 / 93.2 ms a step; conv_bench's Winograd
-// against oneDNN's direct kernels, lenet's conv2 2.19x / 2.34x / 2.25x -> 2.34x / 2.39x /
-// 2.30x, resnet20's stage 1 1.23x / 1.27x / 1.20x -> 1.33x / 1.41x / 1.39x.
+// take `accumulate` as a template argument. Sums run in the same order. Alternated with the
+// build before on AVX-512, the resnet20 step was shorter in model_bench and every Winograd
+// layer faster against oneDNN's direct kernels in conv_bench (docs/performance.md, "CPU
+// engine").
 
 // Rows [i0, i0 + R) and columns [j0, j0 + 8 V) of one point's C: R x V vectors of
 // accumulators in registers (6 x 2 leaves 3 of AVX2's 16 for B and A); each step of k loads V
@@ -185,12 +185,11 @@ inline int64_t block_rows(int64_t m, int64_t i0) {
 // one of 16 columns and up to 12 rows, each keeping 12 accumulators in flight (of 32
 // registers); a 32-column step of k loads 2 vectors of B and broadcasts 6 values of A for 12
 // multiply-adds. The 8-float blocks above do half the work per instruction, so an AVX-512 core
-// with full-width units (an sgemm peak of 210 GFLOP/s on the 2026-12-04 EPYC, against 78 on
-// the AVX2 ones) ran them at about half its speed. The last 8 columns of an n that is not a
-// multiple of 16 still take the 8-float blocks. Each entry is summed in the same order as
-// there. Measured on that AVX-512 machine (model_bench --batch 64 --threads 1 --sgd 1, AVX2
-// and AVX-512 loops alternated, two runs each): resnet20 104.4 and 99.1 ms a step (median)
-// -> 86.7 and 86.8, 75% -> 90-93% of the sgemm peak; lenet 15.2 and 14.1 -> 11.2 and 11.0.
+// with full-width units (whose sgemm peak is well over twice an AVX2 core's) ran them at about
+// half its speed. The last 8 columns of an n that is not a multiple of 16 still take the
+// 8-float blocks. Each entry is summed in the same order as there. AVX2 and AVX-512 loops
+// alternated on an AVX-512 machine (model_bench --batch 64 --threads 1 --sgd 1): both models'
+// steps shorter, resnet20 much nearer the sgemm peak (docs/performance.md, "CPU engine").
 constexpr int64_t kWideRows = 12;
 
 // Rows [0, R) and columns [0, 16 V) of C (row stride ldc) (+)= A B over k steps: A's entry
@@ -283,19 +282,17 @@ inline void gemm_point(const WinogradGemm& g, const float* a, const float* b, fl
 // Note [Packed weight-gradient panels]: the weight gradient's products sum over tiles, which
 // lie a whole tile's points apart in the transformed buffers (8-16 KiB for lenet's conv2), so
 // each step of k read A and B from two new, far-apart cache lines, through strides the
-// compiler knew nothing about. Run as they lie, they reached 61 GFLOP/s against 77 for the
-// forward products of the same size (one thread, hot caches, lenet's conv2 shapes; an AVX2
-// EPYC). They now copy A^T and B first, up to 64 tiles at a time, into a buffer that stays in
-// L1: A^T's rows one after another, B in micro-panels of 16 columns (8 for a last narrow one),
-// step after step of k, so that a block reads B with a compile-time stride and both in order.
-// 72 GFLOP/s with the copy included. Sums run in the same order as before.
+// compiler knew nothing about. Run as they lie, they ran well below the forward products of
+// the same size (one thread, hot caches, lenet's conv2 shapes, on AVX2). They now copy A^T and
+// B first, up to 64 tiles at a time, into a buffer that stays in L1: A^T's rows one after
+// another, B in micro-panels of 16 columns (8 for a last narrow one), step after step of k, so
+// that a block reads B with a compile-time stride and both in order; that closed most of the
+// gap, the copy included. Sums run in the same order as before.
 // The AVX-512 loops no longer pack: with their accumulators in registers (Note [Accumulators
-// in registers]) the copy cost more than the strided reads it saved. On the AVX-512 EPYC, one
-// thread, `model_bench --sgd 1` flipping between the two before every step (the median ratio
-// of consecutive steps; 1.0007 and 0.9989 for a switch that changes nothing): in place / packed
-// 0.973 and 0.966 for lenet, 0.972 and 0.966 for resnet20. The AVX2 loops on the same machine
-// measured 1.009 and 0.998, 1.000 and 0.982: they keep the panels they were measured faster
-// with.
+// in registers]) the copy cost more than the strided reads it saved (`model_bench --sgd 1`
+// flipping between the two before every step: in place a few percent faster for lenet and
+// resnet20). The AVX2 loops showed no consistent gain in place, so they keep the panels they
+// were measured faster with (docs/performance.md, "CPU engine").
 #if !defined(__AVX512F__)
 constexpr int64_t kPanelRows = 64;
 
@@ -394,9 +391,9 @@ void gemm_packed(const WinogradGemm& g) {
 #endif
 
 // Note [Winograd GEMMs]: dnnl_sgemm ran the per-point products (64 rows, k and n of 32 to 64)
-// at 40-50 GFLOP/s on an AVX2 core, its packing and dispatch a large part of such small
-// problems. Blocks of 6 rows x 16 columns with A and B read in place reach more (see
-// docs/performance-log.md), and the points run in parallel. Without AVX-512, products whose k
+// well below its own peak, its packing and dispatch a large part of such small problems.
+// Blocks of 6 rows x 16 columns with A and B read in place measured faster (docs/performance.md,
+// "CPU engine"), and the points run in parallel. Without AVX-512, products whose k
 // walks A's rows with a stride (the weight gradient's) go through packed panels first.
 void gemm(const WinogradGemm& g) {
 #if !defined(__AVX512F__)  // Note [Packed weight-gradient panels]

@@ -69,10 +69,11 @@ inline void for_each_tile_row(const WinogradGeometry& g, int channels, int n0, i
 // only the M columns each tile adds, carrying the other A - M over from the tile before: for
 // F(4x4, 5x5), 12 one-dimensional transforms per tile instead of 16, and each input column
 // loaded by one tile of a row instead of two. The results are those of the tile by tile loop,
-// bit for bit. model_bench --sgd 1 lenet under perf: 7.0-7.4% -> 5.9-6.3% of the step. The
-// adjoint (input_adjoint summing the tiles' row passes column by column, then one column pass
-// per column of dx) did not pay: the same share for lenet in one form, 30% more in another,
-// and 20% more for resnet20's F(4x4, 3x3), whose tiles share only 2 of 6 columns.
+// bit for bit; under perf (model_bench --sgd 1 lenet) the input transform took a smaller share
+// of the step (docs/performance.md, "CPU engine"). The adjoint (input_adjoint summing the
+// tiles' row passes column by column, then one column pass per column of dx) did not pay: no
+// gain for lenet in one form, slower in another, and slower for resnet20's F(4x4, 3x3), whose
+// tiles share only 2 of 6 columns.
 template <int A, int M, class V>
 void input_v(const WinogradGeometry& g, const float* bt_in, const float* x, int n0, int n1,
              float* v) {
@@ -253,8 +254,8 @@ void output_v(const WinogradGeometry& g, const float* at_in, const float* mm, co
 // Note [Bias gradient in output_adjoint]: the bias gradient is the sum of the output gradient,
 // which output_adjoint holds tile by tile in registers (with the pooling: routed by the
 // positions, zero where the ReLU closed a window), so it adds each tile to its thread's sums
-// instead of a separate pass over dy and the positions after the chunks (0.46% of lenet's
-// step, its reads from L3). Threads' sums are added in thread order: the same result for
+// instead of a separate pass over dy and the positions after the chunks (which read them back
+// from L3). Threads' sums are added in thread order: the same result for
 // the same thread count.
 template <int A, int M, class V>
 void output_adjoint_v(const WinogradGeometry& g, const float* at_in, const float* dy,
@@ -355,11 +356,11 @@ void input_adjoint_v(const WinogradGeometry& g, const float* bt_in, const float*
 // a channel count and a block that 16 divides (NHWC, or oneDNN's nChw16c, which the CPU
 // backend picks on such a CPU). Each vector lane is one channel, so every value is computed
 // by the same operations in the same order as with 8; half the instructions do the work.
-// Elsewhere (8-channel blocks, a count such as 24) they run on 8. On the AVX-512 EPYC of
-// 2026-12-04 (model_bench --sgd 1 under perf, against the products' 6 x 32 blocks as the
-// clock, since the machine's speed swung by 30% between runs): resnet20's four transforms
-// 2.39 -> 1.99 times the blocks' time, lenet's 0.67 -> 0.50, about 5% of either step. They
-// wait on memory more than on arithmetic, so halving the instructions does not halve them.
+// Elsewhere (8-channel blocks, a count such as 24) they run on 8. Under perf (model_bench
+// --sgd 1, against the products' 6 x 32 blocks as the clock, since the machine's speed swings
+// between runs) the four transforms took a sixth to a quarter less time in both models, a
+// few percent of either step (docs/performance.md, "CPU engine"). They wait on memory more
+// than on arithmetic, so halving the instructions does not halve them.
 inline bool wide(int channels, int block) {
 #if defined(__AVX512F__)
   return channels % 16 == 0 && block % 16 == 0;

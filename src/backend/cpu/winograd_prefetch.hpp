@@ -15,9 +15,9 @@ namespace {  // NOLINT(google-build-namespaces): see above
 // pooled gradient and its positions. Each work item of an image (a tile and group) therefore
 // asks for its share of the next image's cache lines, so that the next image is in L2 when
 // its items start: `item` of `items` prefetches the item-th slice of `bytes`. Only within a
-// chunk: the chunk's products would evict a prefetched next chunk. model_bench --sgd 1 lenet
-// under perf: the input transform 8.3-8.6% -> 7.3-7.5% of the step, output_adjoint 4.1-4.3%
-// -> 3.8-4.0%. Prefetching the output transform's next tile of products did not help.
+// chunk: the chunk's products would evict a prefetched next chunk. Under perf (model_bench
+// --sgd 1 lenet) both transforms took a smaller share of the step; prefetching the output
+// transform's next tile of products did not help (docs/performance.md, "CPU engine").
 inline void prefetch_slice(const void* next, int64_t bytes, int item, int items) {
   const auto* p = static_cast<const char*>(next);
   const int64_t lines = (bytes + 63) / 64, per = (lines + items - 1) / items;
@@ -30,15 +30,14 @@ inline void prefetch_slice(const void* next, int64_t bytes, int item, int items)
 // (the input transform's tiles overlap by A - M rows, the others' not at all). resnet20's stage-1
 // images (64 KiB a 16-channel group, a row of pixels 2 KiB) left the hardware prefetcher behind:
 // perf annotate put a third of input_v's samples on the instructions after its loads, and the
-// transforms at 150 ns a tile and group, several times their arithmetic. Each tile now asks for its
-// share of the next row of tiles' new rows (its own columns), into L1: a row ahead is 8 KiB there.
-// On the AVX-512 EPYC, one thread, model_bench --sgd 1 flipping each change before every step
-// (DDPV_AB_SWITCH; the median ratio of consecutive steps, 0.999-1.001 for a switch that changes
-// nothing), resnet20 with / without: the input transform's reads 0.964 and 0.970 (into L2 instead
-// of L1: 0.978 and 0.989), output_adjoint's 0.965 and 0.966 on top, the output transform's stores
-// (prefetched for writing) 0.981, 0.990, 0.984 and 0.991 on top of both. lenet, whose conv2
-// images are 25 KiB and pooled, 0.998 and 0.998 for the first. input_adjoint's
-// read-modify-writes of dx, prefetched the same way, 0.996 and 0.996: not kept.
+// transforms took several times their arithmetic. Each tile now asks for its share of the next
+// row of tiles' new rows (its own columns), into L1: a row ahead is 8 KiB there. model_bench
+// --sgd 1 flipping each change before every step (a temporary switch, the median ratio of
+// consecutive steps): each of the input transform's reads (better into L1 than into L2),
+// output_adjoint's and the output transform's stores (prefetched for writing) shortened
+// resnet20's step on top of the others; lenet, whose conv2 images are 25 KiB and pooled,
+// barely moved. input_adjoint's read-modify-writes of dx, prefetched the same way, gained too
+// little to keep (docs/performance.md, "CPU engine").
 template <int Write>
 inline void prefetch_block(const float* plane, int h, int w, int64_t step, int y0, int y1, int x0,
                            int x1) {

@@ -15,18 +15,18 @@ namespace ddpv::cpu::DDPV_WINOGRAD_ISA {
 namespace {
 
 // Note [Single-channel Winograd forward]: lenet's conv1 (1 -> 32 channels, 5x5 on 28x28) ran
-// on the direct single-channel loops (Note [Single-channel convolution]) at 80% of the FMA
-// peak: 25 multiply-adds per output and group of 8 channels, 6% of a training step and a
-// fifth of an evaluation's forward. With F(4x4, 5x5) a tile of 16 outputs takes 64 products
+// on the direct single-channel loops (Note [Single-channel convolution]) near the FMA peak:
+// 25 multiply-adds per output and group of 8 channels, a noticeable share of a training step
+// and more of an evaluation's forward. With F(4x4, 5x5) a tile of 16 outputs takes 64 products
 // and the output transform, about half the instructions. With one input channel there is no
 // GEMM: a tile's transform V (64 values) is computed once for all output channels, and each
 // group of 8 channels multiplies it by its transformed filters U and transforms the product
 // back in registers. The input transform works on the tile's 8 rows as vectors (lanes are
 // columns), transposes them, and transforms again (lanes are the rows' points). A row of
 // tiles is transformed first and then run group by group, so that each group's output rows
-// are written in order. forward_pooled of lenet's conv1 (batch 64, blocks of 8, one thread,
-// a harness outside the repository): 1.27 -> 0.77 ms; model_bench --sgd 1 lenet, five
-// alternated runs: best step 20.05 -> 19.51 ms (medians of the bests).
+// are written in order. Against the direct loops, forward_pooled of lenet's conv1 took about
+// 40% less time, and lenet's best step was shorter in alternated model_bench --sgd 1 runs
+// (docs/performance.md, "CPU engine").
 
 // The 8 x 8 transpose of r (r[i] lane j -> r[j] lane i).
 inline void transpose8(v8 (&r)[8]) {

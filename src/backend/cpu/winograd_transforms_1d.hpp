@@ -45,8 +45,9 @@ inline void paired(const V* in, int is, V* sum, V* dif) {
 //  - bt: the rows of the paired points are 0 in columns 0 and A - 1; every row but
 //    infinity's has a 1 in column A - 2, and infinity's row has its 1 in column A - 1.
 // A 1 is an add where a multiply-add read a broadcast entry from the stack, a 0 is nothing:
-// the transforms were bound by those reads (docs/performance-log.md). winograd_known_entries
-// checks the matrices once per convolution, so a change of points cannot silently break this.
+// the transforms were bound by those reads (measured faster without them; docs/performance.md,
+// "CPU engine"). winograd_known_entries checks the matrices once per convolution, so a change
+// of points cannot silently break this.
 
 // out[i] = sum over k < A of at[i][k] in[k], i < M
 template <int A, int M, class V>

@@ -17,8 +17,8 @@ namespace {
 // fast NHWC kernels (tensor cores in bf16) want the filter NHWC too, i.e. (O, KH, KW, I).
 // Each call transposes the filter into scratch (fused with the cast to bf16 when the precision
 // is bf16), and backward-filter's result goes back through the inverse transpose, which also
-// does the accumulate. Filters are small next to activations: ResNet-50's 25M weights cost
-// about 0.1 ms per transpose on an H200, against tens of milliseconds for the step.
+// does the accumulate. Filters are small next to activations: transposing ResNet-50's 25M
+// weights is a small fraction of a step.
 //
 // Note [Convolution algorithms]: the first call for a shape runs cudnnFind* (it times every
 // algorithm, like torch.backends.cudnn.benchmark) and the choice is cached in the context under
