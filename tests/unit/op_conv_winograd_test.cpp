@@ -8,7 +8,7 @@
 #include <tuple>
 #include <utility>
 
-#include "backend/cpu/winograd.hpp"
+#include "backend/cpu/kernels/winograd/winograd.hpp"
 #include "conv_ref.hpp"
 #include "op_check.hpp"
 

@@ -8,7 +8,7 @@
 #include <unordered_map>
 
 #include "backend/cpu/cpu_ops.hpp"
-#include "backend/cpu/winograd.hpp"
+#include "backend/cpu/kernels/winograd/winograd.hpp"
 
 namespace ddpv::cpu {
 namespace {

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.hpp"
+#include "backend/cpu/kernels/simd/transpose8.hpp"
 #include "backend/cpu/team.hpp"
-#include "backend/cpu/transpose8.hpp"
 #include "ddpv/core/dtype.hpp"
 
 namespace ddpv {

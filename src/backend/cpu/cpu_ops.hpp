@@ -9,9 +9,9 @@
 namespace ddpv::cpu {
 
 std::unique_ptr<Conv2dOp> make_conv2d(const CpuContext& ctx, const Conv2dConfig& cfg);  // conv.cpp
-// conv_single.cpp: a convolution from one input channel on our own loops, where it applies;
-// `baseline`: the loops built for the baseline instruction set even where AVX2 + FMA are
-// there (the tests compare the two).
+// kernels/single_channel/conv2d.cpp: a convolution from one input channel on our own loops, where
+// it applies; `baseline`: the loops built for the baseline instruction set even where AVX2 + FMA
+// are there (the tests compare the two).
 bool single_channel_conv_applies(ConvAlgorithm algorithm, const Conv2dConfig& c);
 std::unique_ptr<Conv2dOp> make_single_channel_conv2d(const CpuContext& ctx, const Conv2dConfig& cfg,
                                                      bool baseline = false);

@@ -1,5 +1,5 @@
 // Private to the CPU backend: how its own loops run on the OpenMP team (Note [No team of one]).
-// Internal linkage, as in vec8.hpp: each instruction set's files get their own copies.
+// Internal linkage, as in kernels/simd/vec8.hpp: each instruction set's files get their own copies.
 #pragma once
 
 #include <omp.h>
@@ -7,9 +7,10 @@
 namespace ddpv::cpu {
 
 // Note [Alone in a chunk]: true on a thread of a Winograd convolution's team while it works
-// through a chunk of images of its own (Note [Chunks between threads] in winograd.cpp): the
-// loops below then run whole on it, with no team and no worksharing. One flag for every
-// instruction set's copy of these helpers, so defined once (winograd.cpp).
+// through a chunk of images of its own (Note [Chunks between threads] in
+// kernels/winograd/conv2d.cpp): the loops below then run whole on it, with no team and no
+// worksharing. One flag for every instruction set's copy of these helpers, so defined once
+// (kernels/winograd/conv2d.cpp).
 extern constinit thread_local bool t_alone;
 
 namespace {  // NOLINT(google-build-namespaces): see above

@@ -1,12 +1,12 @@
 // The one-dimensional Winograd transforms (Note [Paired points], Note [Known entries]) on
 // vectors of channels, v8 or v16 (Note [Wide Winograd transforms]): the building blocks of the
-// tile loops in winograd_kernels.hpp and winograd_single.hpp, which include this inside the
-// namespace DDPV_WINOGRAD_ISA of their instruction set.
+// tile loops in kernels/winograd/per_isa_kernels.hpp and kernels/winograd/per_isa_single.hpp, which
+// include this inside the namespace DDPV_WINOGRAD_ISA of their instruction set.
 #ifndef DDPV_WINOGRAD_ISA
 #error "define DDPV_WINOGRAD_ISA (the namespace of this instruction set) before including"
 #endif
 
-#include "backend/cpu/vec8.hpp"
+#include "backend/cpu/kernels/simd/vec8.hpp"
 
 namespace ddpv::cpu::DDPV_WINOGRAD_ISA {
 namespace {

@@ -1,6 +1,7 @@
 // The Winograd loops other than the per-tile transforms: the filter transforms and the
-// per-point GEMMs (Note [Winograd convolution] in winograd.cpp). Included by
-// winograd_kernels.hpp, inside the namespace DDPV_WINOGRAD_ISA of its instruction set.
+// per-point GEMMs (Note [Winograd convolution] in kernels/winograd/conv2d.cpp). Included by
+// kernels/winograd/per_isa_kernels.hpp, inside the namespace DDPV_WINOGRAD_ISA of its instruction
+// set.
 #ifndef DDPV_WINOGRAD_ISA
 #error "define DDPV_WINOGRAD_ISA (the namespace of this instruction set) before including"
 #endif
@@ -10,9 +11,9 @@
 #include <memory>
 #include <vector>
 
+#include "backend/cpu/kernels/simd/vec8.hpp"
+#include "backend/cpu/kernels/winograd/winograd.hpp"
 #include "backend/cpu/team.hpp"
-#include "backend/cpu/vec8.hpp"
-#include "backend/cpu/winograd.hpp"
 
 namespace ddpv::cpu::DDPV_WINOGRAD_ISA {
 namespace {
@@ -25,7 +26,7 @@ constexpr int64_t kParallelGemmMin = 1 << 20;
 // Note [Filter transforms in registers]: u = g w g^T for each (input channel, 8 output
 // channels) in vectors, the 5 x 5 filter gathered once from w's [cout][cin][r][r] and the
 // 8 x 5 and 8 x 8 intermediates kept in registers and L1; and its adjoint dw = g^T du g. As
-// generic loops over a runtime cout in winograd.cpp (baseline instruction set, each
+// generic loops over a runtime cout in kernels/winograd/conv2d.cpp (baseline instruction set, each
 // intermediate row zeroed and accumulated in memory) they were a visible share of a lenet
 // step.
 // The transformed filters lie point after point, u[p][ci][co], so an input channel's values
@@ -180,9 +181,9 @@ inline int64_t block_rows(int64_t m, int64_t i0) {
 }
 
 #if defined(__AVX512F__)
-// Note [Wide Winograd GEMMs]: where the CPU has AVX-512 (winograd_avx512.cpp), the products
-// run on 16-float vectors: blocks of 32 columns (two registers a row) and up to 6 rows, then
-// one of 16 columns and up to 12 rows, each keeping 12 accumulators in flight (of 32
+// Note [Wide Winograd GEMMs]: where the CPU has AVX-512 (kernels/winograd/isa_avx512.cpp), the
+// products run on 16-float vectors: blocks of 32 columns (two registers a row) and up to 6 rows,
+// then one of 16 columns and up to 12 rows, each keeping 12 accumulators in flight (of 32
 // registers); a 32-column step of k loads 2 vectors of B and broadcasts 6 values of A for 12
 // multiply-adds. The 8-float blocks above do half the work per instruction, so an AVX-512 core
 // with full-width units (whose sgemm peak is well over twice an AVX2 core's) ran them at about

@@ -1,5 +1,5 @@
 // Conv2dOp for a single input channel (a grayscale stem such as lenet's conv1) on our own
-// loops (Note [Single-channel convolution] in conv_single_loops.hpp).
+// loops (Note [Single-channel convolution] in kernels/single_channel/loops.hpp).
 #include <omp.h>
 
 #include <algorithm>
@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/conv_single_loops.hpp"
 #include "backend/cpu/cpu_ops.hpp"
-#include "backend/cpu/pooled_grad.hpp"
-#include "backend/cpu/vec8.hpp"
-#include "backend/cpu/winograd.hpp"
+#include "backend/cpu/kernels/pooled_grad/pooled_grad.hpp"
+#include "backend/cpu/kernels/simd/vec8.hpp"
+#include "backend/cpu/kernels/single_channel/loops.hpp"
+#include "backend/cpu/kernels/winograd/winograd.hpp"
 
 namespace ddpv::cpu {
 namespace {

@@ -1,9 +1,7 @@
 // Conv2dOp by Winograd's minimal filtering (Note [Winograd convolution]): the filter
 // transforms, the order of the stages and the chunks between threads. The matrices are in
-// winograd_matrices.cpp, the choice of the layers it serves and of the loops in
-// winograd_choice.cpp, the tile loops in winograd_kernels.hpp.
-#include "backend/cpu/winograd.hpp"
-
+// kernels/winograd/matrices.cpp, the choice of the layers it serves and of the loops in
+// kernels/winograd/choice.cpp, the tile loops in kernels/winograd/per_isa_kernels.hpp.
 #include <omp.h>
 
 #include <algorithm>
@@ -13,8 +11,9 @@
 #include <string>
 
 #include "backend/cpu/cpu_ops.hpp"
+#include "backend/cpu/kernels/simd/transpose8.hpp"
+#include "backend/cpu/kernels/winograd/winograd.hpp"
 #include "backend/cpu/team.hpp"
-#include "backend/cpu/transpose8.hpp"
 
 namespace ddpv::cpu {
 
@@ -41,9 +40,9 @@ constinit thread_local bool t_alone = false;  // Note [Alone in a chunk] (team.h
 // 1e-7), which training does not notice (the golden tests against PyTorch run through it).
 //
 // The transforms are memory-bound passes; the GEMMs are our own (Note [Winograd GEMMs] in
-// winograd_kernels.hpp). Images go through in
+// kernels/winograd/per_isa_kernels.hpp). Images go through in
 // chunks so that a chunk's transformed input and output stay in cache between the transform
-// and the GEMM that reads it. The layers it serves (winograd_tile, winograd_choice.cpp) are
+// and the GEMM that reads it. The layers it serves (winograd_tile, kernels/winograd/choice.cpp) are
 // those where it was measured faster than oneDNN's direct kernels (conv_bench; the ratios in
 // docs/performance.md, "CPU engine").
 

@@ -1,7 +1,7 @@
-// The loops of the single-channel convolution (conv_single.cpp), over one (image, channel
-// group) item and over one channel group: written once and compiled twice by
+// The loops of the single-channel convolution (kernels/single_channel/conv2d.cpp), over one (image,
+// channel group) item and over one channel group: written once and compiled twice by
 // DDPV_SINGLE_CHANNEL_LOOPS, for AVX2 + FMA and for the baseline instruction set. Included by
-// conv_single.cpp alone: everything here has internal linkage.
+// kernels/single_channel/conv2d.cpp alone: everything here has internal linkage.
 #pragma once
 
 #include <algorithm>
@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/cpu/kernels/simd/vec8.hpp"
 #include "backend/cpu/team.hpp"
-#include "backend/cpu/vec8.hpp"
 
 namespace ddpv::cpu {
 namespace {  // NOLINT(google-build-namespaces): see above

@@ -1,11 +1,12 @@
-// What the Winograd convolutions share (Note [Winograd convolution] in winograd.cpp): the
-// geometry of a layer's tiles, which layers take Winograd, which build of the tile loops this
-// CPU runs, and the check that spares a filter transform when the weights have not changed.
-// Used by the Winograd op (winograd.cpp) and the single-channel one (conv_single.cpp).
+// What the Winograd convolutions share (Note [Winograd convolution] in
+// kernels/winograd/conv2d.cpp): the geometry of a layer's tiles, which layers take Winograd, which
+// build of the tile loops this CPU runs, and the check that spares a filter transform when the
+// weights have not changed. Used by the Winograd op (kernels/winograd/conv2d.cpp) and the
+// single-channel one (kernels/single_channel/conv2d.cpp).
 #include <algorithm>
 #include <cstring>
 
-#include "backend/cpu/winograd.hpp"
+#include "backend/cpu/kernels/winograd/winograd.hpp"
 
 namespace ddpv::cpu {
 

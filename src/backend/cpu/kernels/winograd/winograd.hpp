@@ -1,6 +1,6 @@
 // Private to the CPU backend: Winograd convolution (Note [Winograd convolution] in
-// winograd.cpp): the transform matrices, the shape of one layer's tiles, and the inner loops,
-// compiled once per instruction set (winograd_kernels.hpp).
+// kernels/winograd/conv2d.cpp): the transform matrices, the shape of one layer's tiles, and the
+// inner loops, compiled once per instruction set (kernels/winograd/per_isa_kernels.hpp).
 #pragma once
 
 #include <cstdint>
@@ -27,7 +27,7 @@ struct WinogradMatricesF64 {
 WinogradMatricesF64 winograd_matrices_f64(int m, int r);
 WinogradMatrices winograd_matrices(int m, int r);
 // Whether w has every entry the transform loops assume instead of reading (Note [Paired
-// points] and Note [Known entries] in winograd_kernels.hpp).
+// points] and Note [Known entries] in kernels/winograd/per_isa_kernels.hpp).
 bool winograd_known_entries(const WinogradMatrices& w);
 
 // One layer's tiling. Activations are n images of c channels in blocks of `block` channels

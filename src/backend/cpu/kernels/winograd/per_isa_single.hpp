@@ -1,15 +1,15 @@
 // The single-channel Winograd forward (Note [Single-channel Winograd forward]). Included by
-// winograd_kernels.hpp after its 1-D transforms and tile endings, which it uses, for each
-// instruction set's namespace DDPV_WINOGRAD_ISA.
+// kernels/winograd/per_isa_kernels.hpp after its 1-D transforms and tile endings, which it uses,
+// for each instruction set's namespace DDPV_WINOGRAD_ISA.
 #ifndef DDPV_WINOGRAD_ISA
 #error "define DDPV_WINOGRAD_ISA (the namespace of this instruction set) before including"
 #endif
 
 #include <cstdint>
 
+#include "backend/cpu/kernels/simd/vec8.hpp"
+#include "backend/cpu/kernels/winograd/winograd.hpp"
 #include "backend/cpu/team.hpp"
-#include "backend/cpu/vec8.hpp"
-#include "backend/cpu/winograd.hpp"
 
 namespace ddpv::cpu::DDPV_WINOGRAD_ISA {
 namespace {

@@ -1,6 +1,7 @@
-// Private to the CPU backend: the prefetches of the Winograd transforms (winograd_kernels.hpp),
-// which ask for the activation rows a transform will reach next. Internal linkage, as in
-// vec8.hpp: each instruction set's files get their own copies.
+// Private to the CPU backend: the prefetches of the Winograd transforms
+// (kernels/winograd/per_isa_kernels.hpp), which ask for the activation rows a transform will reach
+// next. Internal linkage, as in kernels/simd/vec8.hpp: each instruction set's files get their own
+// copies.
 #pragma once
 
 #include <algorithm>

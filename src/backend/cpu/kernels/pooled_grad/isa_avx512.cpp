@@ -1,11 +1,12 @@
 // The single-channel convolution's pooled weight gradient compiled for AVX-512 (src/CMakeLists.txt
-// adds the flags to this file alone); conv_single.cpp calls it only where the CPU has it.
-#include "backend/cpu/pooled_grad.hpp"
+// adds the flags to this file alone); kernels/single_channel/conv2d.cpp calls it only where the CPU
+// has it.
+#include "backend/cpu/kernels/pooled_grad/pooled_grad.hpp"
 
 #if defined(__AVX512F__)
 #include <algorithm>
 
-#include "backend/cpu/vec8.hpp"
+#include "backend/cpu/kernels/simd/vec8.hpp"
 
 namespace ddpv::cpu {
 namespace {

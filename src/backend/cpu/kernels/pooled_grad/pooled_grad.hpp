@@ -1,5 +1,5 @@
 // Private to the CPU backend: the single-channel convolution's pooled weight gradient on
-// AVX-512 (Note [Pooled weight gradient by channel vectors] in pooled_grad_avx512.cpp).
+// AVX-512 (Note [Pooled weight gradient by channel vectors] in kernels/pooled_grad/isa_avx512.cpp).
 #pragma once
 
 #include <cstdint>
@@ -7,8 +7,8 @@
 namespace ddpv::cpu {
 
 // One batch's operands, as SingleChannelConv2d holds them (Note [Pooled weight gradient] in
-// conv_single_loops.hpp): padded images, the pooled gradient and the window positions in blocks
-// of `block` channels, and each pooled cell's patch offset.
+// kernels/single_channel/loops.hpp): padded images, the pooled gradient and the window positions in
+// blocks of `block` channels, and each pooled cell's patch offset.
 struct PooledGradArgs {
   int k = 0;  // kernel (3 or 5), stride 1, 2 x 2 pooling
   int cout = 0, block = 0;

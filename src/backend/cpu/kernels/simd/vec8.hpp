@@ -47,7 +47,8 @@ struct Lanes<v8> {
 
 #if defined(__AVX512F__)
 // 16 floats: one AVX-512 register. Only where the including file is compiled for AVX-512
-// (winograd_avx512.cpp): elsewhere a function taking one would change its calling convention.
+// (kernels/winograd/isa_avx512.cpp): elsewhere a function taking one would change its calling
+// convention.
 using v16 = float __attribute__((vector_size(64)));
 using v16u = float __attribute__((vector_size(64), aligned(4)));
 using v16i = int32_t __attribute__((vector_size(64)));

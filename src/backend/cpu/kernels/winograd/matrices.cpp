@@ -1,4 +1,4 @@
-// The Winograd transform matrices (Note [Winograd convolution] in winograd.cpp): the
+// The Winograd transform matrices (Note [Winograd convolution] in kernels/winograd/conv2d.cpp): the
 // Cook-Toom construction in double precision, its float copy, and the check of the entries
 // the tile loops assume.
 #include <algorithm>
@@ -6,14 +6,14 @@
 #include <utility>
 #include <vector>
 
-#include "backend/cpu/winograd.hpp"
+#include "backend/cpu/kernels/winograd/winograd.hpp"
 #include "ddpv/core/error.hpp"
 
 namespace ddpv::cpu {
 namespace {
 
 // Cook-Toom points: alpha - 1 finite ones, then infinity. The loops rely on this order: 0,
-// then pairs +x, -x (Note [Paired points] in winograd_kernels.hpp).
+// then pairs +x, -x (Note [Paired points] in kernels/winograd/per_isa_kernels.hpp).
 constexpr double kPoints[] = {0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 3.0, -3.0};
 
 }  // namespace

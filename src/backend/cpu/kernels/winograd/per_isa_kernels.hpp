@@ -1,10 +1,10 @@
-// The inner loops of Winograd convolution (Note [Winograd convolution] in winograd.cpp), as
-// templates over the tile size. Included once by each of winograd_avx512.cpp,
-// winograd_avx2.cpp and winograd_generic.cpp, inside the namespace DDPV_WINOGRAD_ISA, which
-// each compiles with its own instruction set; each then exposes its instances through
-// winograd_kernels_<isa>().
+// The inner loops of Winograd convolution (Note [Winograd convolution] in
+// kernels/winograd/conv2d.cpp), as templates over the tile size. Included once by each of
+// kernels/winograd/isa_avx512.cpp, kernels/winograd/isa_avx2.cpp and
+// kernels/winograd/isa_generic.cpp, inside the namespace DDPV_WINOGRAD_ISA, which each compiles
+// with its own instruction set; each then exposes its instances through winograd_kernels_<isa>().
 //
-// Every transform works on a vector of channels at once: 8 (a v8 of vec8.hpp: one AVX
+// Every transform works on a vector of channels at once: 8 (a v8 of kernels/simd/vec8.hpp: one AVX
 // register, or two SSE ones), contiguous in NHWC and in blocks of 8 or 16, so one loop serves
 // every layout; in the AVX-512 build, 16 where they lie in runs of 16 (Note [Wide Winograd
 // transforms]). The transform matrices are broadcast into vectors once per call.
@@ -18,12 +18,12 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/cpu/kernels/simd/vec8.hpp"
+#include "backend/cpu/kernels/winograd/per_isa_filter_gemm.hpp"
+#include "backend/cpu/kernels/winograd/per_isa_prefetch.hpp"
+#include "backend/cpu/kernels/winograd/per_isa_transforms_1d.hpp"
+#include "backend/cpu/kernels/winograd/winograd.hpp"
 #include "backend/cpu/team.hpp"
-#include "backend/cpu/vec8.hpp"
-#include "backend/cpu/winograd.hpp"
-#include "backend/cpu/winograd_filter_gemm.hpp"
-#include "backend/cpu/winograd_prefetch.hpp"
-#include "backend/cpu/winograd_transforms_1d.hpp"
 
 namespace ddpv::cpu::DDPV_WINOGRAD_ISA {
 namespace {
@@ -351,12 +351,12 @@ void input_adjoint_v(const WinogradGeometry& g, const float* bt_in, const float*
   });
 }
 
-// Note [Wide Winograd transforms]: where the file is built for AVX-512 (winograd_avx512.cpp),
-// the transforms run on 16 channels a vector wherever a tile's channels lie in runs of 16:
-// a channel count and a block that 16 divides (NHWC, or oneDNN's nChw16c, which the CPU
-// backend picks on such a CPU). Each vector lane is one channel, so every value is computed
-// by the same operations in the same order as with 8; half the instructions do the work.
-// Elsewhere (8-channel blocks, a count such as 24) they run on 8. Under perf (model_bench
+// Note [Wide Winograd transforms]: where the file is built for AVX-512
+// (kernels/winograd/isa_avx512.cpp), the transforms run on 16 channels a vector wherever a tile's
+// channels lie in runs of 16: a channel count and a block that 16 divides (NHWC, or oneDNN's
+// nChw16c, which the CPU backend picks on such a CPU). Each vector lane is one channel, so every
+// value is computed by the same operations in the same order as with 8; half the instructions do
+// the work. Elsewhere (8-channel blocks, a count such as 24) they run on 8. Under perf (model_bench
 // --sgd 1, against the products' 6 x 32 blocks as the clock, since the machine's speed swings
 // between runs) the four transforms took a sixth to a quarter less time in both models, a
 // few percent of either step (docs/performance.md, "CPU engine"). They wait on memory more
@@ -408,7 +408,7 @@ void input_adjoint(const WinogradGeometry& g, const float* bt, const float* dv, 
 }  // namespace
 }  // namespace ddpv::cpu::DDPV_WINOGRAD_ISA
 
-#include "backend/cpu/winograd_single.hpp"
+#include "backend/cpu/kernels/winograd/per_isa_single.hpp"
 
 namespace ddpv::cpu::DDPV_WINOGRAD_ISA {
 namespace {
