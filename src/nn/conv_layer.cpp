@@ -1,11 +1,13 @@
-// Conv2d and BatchNorm2d layers over the backend's conv and batchnorm ops.
+// Conv2d and BatchNorm2d layers over the backend's conv and batchnorm ops; both may be parts
+// of a fused block (Note [Fused blocks]).
 #include "ddpv/nn/layers.hpp"
+#include "nn/fusable.hpp"
 #include "nn/weighted_layer.hpp"
 
 namespace ddpv {
 namespace {
 
-class Conv2dLayer final : public WeightedLayer<Conv2dOp> {
+class Conv2dLayer final : public WeightedLayer<Conv2dOp>, public Fusable {
  public:
   Conv2dLayer(const std::string& name, int out_channels, int kernel, int stride, int padding,
               bool bias, bool fan_out_init)
@@ -38,87 +40,41 @@ class Conv2dLayer final : public WeightedLayer<Conv2dOp> {
   std::string describe() const override {
     return name_ + ": conv " + std::to_string(cfg_.kernel) + "x" + std::to_string(cfg_.kernel) +
            "/" + std::to_string(cfg_.stride) + " pad " + std::to_string(cfg_.padding) + ", " +
-           in_.str() + " -> " + out_.str() + " (" + op_->algorithm() +
-           (relu_fused_ ? ", + relu" : "") + (pool_ ? ", + maxpool)" : ")");
+           in_.str() + " -> " + out_.str() + " (" + (op_ ? op_->algorithm() : block_how_) + ")";
   }
 
-  bool fuse_relu() override { return relu_fused_ = op_->fuse_relu(); }
-
-  bool add_input_grad() override { return op_->add_input_grad(); }
-
-  bool feed_batch_stats(Layer& next) override {
-    BatchNormOp* bn = next.fusable_batch_norm();
-    double* sums = bn != nullptr ? bn->given_stats() : nullptr;
-    if (sums == nullptr || !op_->write_batch_stats(sums)) return false;
-    bn->take_given_stats();
-    stats_ = sums;
-    return true;
+  BlockPart part() override {
+    BlockPart p;
+    p.kind = BlockPart::kConv;
+    p.conv = &cfg_;
+    p.weight = &weight_;
+    p.bias = has_bias_ ? &bias_ : nullptr;
+    return p;
   }
-
-  // In evaluation the BatchNorm normalises with its running statistics: the sums go unread,
-  // so the convolution writes none (a few percent of its output transform).
-  void forward(const Tensor& x, Tensor& y, bool training) override {
-    if (stats_ != nullptr) op_->write_batch_stats(training ? stats_ : nullptr);
-    WeightedLayer::forward(x, y, training);
-  }
-
-  bool fuse_max_pool(Layer& pool) override {
-    int kernel = 0;
-    Pool2dOp* op = pool.fusable_max_pool(&kernel);
-    if (!relu_fused_ || op == nullptr || !op_->fuse_max_pool(kernel)) return false;
-    pool_ = op;
-    return true;
-  }
-
-  void forward_pooled(const Tensor& x, Tensor& pooled, bool) override {
-    check_input(x);
-    const int n = static_cast<int>(x.shape()[0]);
-    int32_t* positions = pool_ ? pool_->positions_for(n) : nullptr;
-    DDPV_CHECK(positions != nullptr, "layer ", name_,
-               ": its max pooling cannot be fused (internal)");
-    op_->forward_pooled(n, x.data<float>(), weight_.value, has_bias_ ? bias_.value : nullptr,
-                        pooled.data<float>(), positions);
-    positions_ = positions;
-    pooled_n_ = n;
-  }
-
-  void backward_pooled(const Tensor& x, const Tensor& dpooled, Tensor* dx, bool accumulate,
-                       const GradReadyFn& ready) override {
-    const int n = static_cast<int>(x.shape()[0]);
-    DDPV_CHECK(positions_ != nullptr && n == pooled_n_, "layer ", name_,
-               ": backward of a batch of ", n, " after a pooled forward of ", pooled_n_,
-               " (internal)");
-    op_->backward_pooled(n, x.data<float>(), weight_.value, dpooled.data<float>(), positions_,
-                         dx ? dx->data<float>() : nullptr, weight_.grad,
-                         has_bias_ ? bias_.grad : nullptr, accumulate);
-    if (has_bias_) report(bias_, ready);
-    report(weight_, ready);
+  void join_block(const std::string& how) override {
+    block_how_ = how;
+    op_.reset();
   }
 
  private:
   Conv2dConfig cfg_;
   bool fan_out_init_;
-  bool relu_fused_ = false;
-  Pool2dOp* pool_ = nullptr;            // Note [Max pooling fused into the convolution]
-  const int32_t* positions_ = nullptr;  // what the last forward_pooled recorded, for pooled_n_
-  int pooled_n_ = 0;
-  double* stats_ = nullptr;  // Note [Batch statistics from the convolution]: the BatchNorm's sums
+  std::string block_how_;  // Note [Fused blocks]: what the block's op says of the convolution
 };
 
-class BatchNorm2dLayer final : public Layer {
+class BatchNorm2dLayer final : public Layer, public Fusable {
  public:
   explicit BatchNorm2dLayer(const std::string& name) : Layer(name) {}
 
   Shape setup(Backend& backend, const Shape& in) override {
     setup_image_input(backend, in);
     out_ = in;
-    BatchNormConfig cfg;
-    cfg.h = static_cast<int>(in[0]);
-    cfg.w = static_cast<int>(in[1]);
-    cfg.channels = static_cast<int>(in[2]);
-    cfg.block = act_block(cfg.channels);
-    op_ = backend.batchnorm2d(cfg);
-    const Shape c{cfg.channels};
+    cfg_.h = static_cast<int>(in[0]);
+    cfg_.w = static_cast<int>(in[1]);
+    cfg_.channels = static_cast<int>(in[2]);
+    cfg_.block = act_block(cfg_.channels);
+    op_ = backend.batchnorm2d(cfg_);
+    const Shape c{cfg_.channels};
     gamma_ = {name_ + ".weight", c, false, Init::kOnes};
     beta_ = {name_ + ".bias", c, false, Init::kZeros};
     mean_ = {name_ + ".running_mean", c, false, Init::kZeros};
@@ -155,32 +111,30 @@ class BatchNorm2dLayer final : public Layer {
   }
 
   std::string describe() const override {
-    const bool given = op_->takes_given_stats();
-    const std::string how = relu_fused_ && given ? " (+ relu, statistics from the convolution)"
-                            : relu_fused_        ? " (+ relu)"
-                            : add_relu_fused_
-                                ? " (statistics from the convolution, + shortcut + relu)"
-                            : given ? " (statistics from the convolution)"
-                                    : "";
-    return name_ + ": batchnorm" + how + ", " + in_.str();
+    return name_ + ": batchnorm" + (block_how_.empty() ? "" : " (" + block_how_ + ")") + ", " +
+           in_.str();
   }
-  bool fuse_relu() override { return relu_fused_ = op_->fuse_relu(); }
-  bool fuses_relu_backward() const override { return relu_fused_; }
-  BatchNormOp* fusable_batch_norm() override { return op_.get(); }
-  bool fuse_add_relu() override { return add_relu_fused_ = op_->fuse_add_relu(); }
-  void forward_add_relu(const Tensor& x, const Tensor& other, Tensor& y, bool training) override {
-    check_input(x);
-    DDPV_CHECK(add_relu_fused_, "layer ", name_, ": forward_add_relu without fuse_add_relu");
-    op_->forward_add_relu(static_cast<int>(x.shape()[0]), training, x.data<float>(), gamma_.value,
-                          beta_.value, other.data<float>(), y.data<float>(), mean_.value,
-                          var_.value);
+
+  BlockPart part() override {
+    BlockPart p;
+    p.kind = BlockPart::kBatchNorm;
+    p.bn = &cfg_;
+    p.weight = &gamma_;
+    p.bias = &beta_;
+    p.running_mean = &mean_;
+    p.running_var = &var_;
+    return p;
+  }
+  void join_block(const std::string& how) override {
+    block_how_ = how;
+    op_.reset();
   }
 
  private:
+  BatchNormConfig cfg_;
   std::unique_ptr<BatchNormOp> op_;
   ParamSlot gamma_, beta_, mean_, var_;
-  bool relu_fused_ = false;
-  bool add_relu_fused_ = false;  // Note [BatchNorm + residual]
+  std::string block_how_;  // Note [Fused blocks]: what the block's op says of the BatchNorm
 };
 
 }  // namespace

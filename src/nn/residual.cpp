@@ -11,12 +11,12 @@ namespace {
 // itself. Unfused, backward writes that mask to a tensor of its own, the main branch writes
 // its input gradient (the Winograd convolution zeroing dx first, as its tiles overlap), and an
 // addition pass reads both and writes dx: four passes over the activation. When the main
-// branch's first layer can add its input gradient to what dx holds (Layer::add_input_grad;
-// the Winograd convolution, whose tiles are added into dx anyway), the mask goes straight to
-// dx and the branch adds to it: one pass. The branch reads its output gradient (dx) in its
-// last layer's backward, before its first layer adds to dx, so the two may share memory
-// (Sequence::add_input_grad checks that another layer runs backward). Seven of resnet20's nine
-// blocks qualify; blocks with a projection shortcut, and the CUDA backend, keep the passes.
+// branch's first fused block can add its input gradient to what dx holds
+// (FusedBlockConfig::add_input_grad; on the CPU the Winograd convolution, whose tiles are added
+// into dx anyway), the mask goes straight to dx and the branch adds to it: one pass. The
+// branch reads its output gradient (dx) before its first convolution adds to dx, so the two
+// may share memory (Sequence::fuse_chains asks only where that holds). Seven of resnet20's
+// nine blocks qualify; blocks with a projection shortcut, and the CUDA backend, keep the passes.
 
 class ResidualBlock final : public Layer {
  public:
@@ -27,12 +27,14 @@ class ResidualBlock final : public Layer {
   Shape setup(Backend& backend, const Shape& in) override {
     backend_ = &backend;
     in_ = in;
+    main_.want_residual_end();                             // Note [BatchNorm + residual]
+    if (shortcut_.empty()) main_.want_input_grad_added();  // Note [Input gradient added]
     out_ = main_.setup(backend, in);
     const Shape sc = shortcut_.setup(backend, in);
     DDPV_CHECK(sc == out_, "block ", name_, ": main branch gives ", out_.str(),
                " but the shortcut gives ", sc.str());
-    add_dx_ = shortcut_.empty() && main_.add_input_grad();  // Note [Input gradient added]
-    add_relu_fused_ = main_.fuse_add_relu();                // Note [BatchNorm + residual]
+    add_dx_ = main_.adds_input_grad();
+    add_relu_fused_ = main_.adds_residual();
     return out_;
   }
 

@@ -1,9 +1,10 @@
-// Sequence: forward and backward through a chain of layers.
+// Sequence: forward and backward through a chain of layers, chains of them fused by the backend.
 #include "nn/sequence.hpp"
 
 #include <algorithm>
 
 #include "ddpv/nn/layer_profile.hpp"
+#include "nn/fusable.hpp"
 
 namespace ddpv {
 
@@ -22,66 +23,144 @@ Shape Sequence::setup(Backend& backend, const Shape& in) {
     if (colon != std::string::npos) d = d.substr(colon + 2);
     kinds_.push_back(d.substr(0, d.find(", (")));
   }
-  fused_.assign(layers_.size(), 0);
-  folded_.assign(layers_.size(), 0);
-  pooled_.assign(layers_.size(), 0);
-  if (!backend.fuse_layers()) {  // every layer on its own
-    size_gradients();
-    return s;
-  }
-  for (size_t i = 1; i < layers_.size(); ++i)
-    fused_[i] = layers_[i]->is_relu() && layers_[i - 1]->fuse_relu();
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    if (!layers_[i]->is_relu()) continue;
-    folded_[i] = (fused_[i] && layers_[i - 1]->fuses_relu_backward()) ||
-                 (i + 1 < layers_.size() && layers_[i + 1]->fold_relu_backward());
-  }
-  for (size_t i = 0; i + 2 < layers_.size(); ++i)
-    pooled_[i] = fused_[i + 1] && folded_[i + 1] && layers_[i]->fuse_max_pool(*layers_[i + 2]);
-  // Note [Batch statistics from the convolution]
-  for (size_t i = 0; i + 1 < layers_.size(); ++i)
-    if (!pooled_[i]) layers_[i]->feed_batch_stats(*layers_[i + 1]);
+  fuse_chains(backend);
   size_gradients();
   return s;
 }
 
-// Note [Pooled activations]: a convolution that computes its max pooling (Note [Max pooling
-// fused into the convolution]) writes only the pooling's output, so its own full-size output
-// and its ReLU's are never allocated (lenet at batch 64: 6.4 MB for conv1, 3.2 MB for conv2),
-// and the two gradient buffers (Note [Ping-pong gradients]) hold the largest gradient a layer
-// writes for the layer before it: the input of a layer k > 0 that runs a backward of its own
-// (layer 0 writes the caller's dx). Before, the largest activation of all sized them, and
-// lenet's were conv1's full output too: 2 x 6.4 MB where 2 x 1.6 MB serve.
+// The chains (Note [Fused blocks]): the longest from each convolution, conv -> [batchnorm] ->
+// [relu]
+// -> [max pool], or conv -> batchnorm -> + residual -> relu at the end of a residual block's
+// main branch (the ReLU is the block's), goes to the backend as one op; where it declines the
+// residual add, the chain goes again without it. A chain the backend declines runs its layers
+// one by one. The block's op asks for the input gradient to be added (Note [Input gradient
+// added]) only for the first layer, and only where the gradient dy that may share dx's memory
+// is read before the convolution adds to dx: by a later layer's backward, or the BatchNorm's.
+void Sequence::fuse_chains(Backend& backend) {
+  fused_.clear();
+  fused_of_.assign(layers_.size(), -1);
+  const size_t count = layers_.size();
+  auto part = [&](size_t k) { return k < count ? block_part(*layers_[k]) : BlockPart{}; };
+  for (size_t i = 0; i < count; ++i) {
+    const BlockPart conv = part(i);
+    if (conv.kind != BlockPart::kConv) continue;
+    FusedBlockConfig cfg;
+    cfg.conv = *conv.conv;
+    size_t j = i;
+    BlockPart bn;
+    if (part(j + 1).kind == BlockPart::kBatchNorm) {
+      bn = part(++j);
+      cfg.batch_norm = true;
+      cfg.bn = *bn.bn;
+    }
+    if (cfg.batch_norm && want_residual_ && j + 1 == count) {
+      cfg.add_residual = true;
+      cfg.relu = true;
+    } else if (part(j + 1).kind == BlockPart::kRelu) {
+      ++j;
+      cfg.relu = true;
+      if (part(j + 1).kind == BlockPart::kMaxPool) {
+        cfg.max_pool = true;
+        cfg.pool = *part(++j).pool;
+      }
+    }
+    if (j == i) continue;  // a convolution alone: nothing to fuse
+    cfg.add_input_grad = want_add_dx_ && i == 0 && (j + 1 < count || cfg.batch_norm);
+    std::unique_ptr<FusedBlockOp> op = backend.fused_block(cfg);
+    if (op == nullptr && cfg.add_residual) {
+      cfg.add_residual = cfg.relu = false;
+      op = backend.fused_block(cfg);
+    }
+    if (op == nullptr) {
+      i = j;
+      continue;
+    }
+    Fused f;
+    f.first = i;
+    f.last = j;
+    f.residual = cfg.add_residual;
+    f.w = conv.weight;
+    f.b = conv.bias;
+    f.gamma = bn.weight;
+    f.beta = bn.bias;
+    f.mean = bn.running_mean;
+    f.var = bn.running_var;
+    f.kind = kinds_[i] + (cfg.batch_norm ? " + batchnorm" : "") +
+             (cfg.add_residual ? " + shortcut" : "") + (cfg.relu ? " + relu" : "") +
+             (cfg.max_pool ? " + maxpool" : "");
+    for (size_t k = i; k <= j; ++k) {
+      auto* layer = dynamic_cast<Fusable*>(layers_[k].get());
+      const BlockPart::Kind kind = part(k).kind;
+      layer->join_block(kind == BlockPart::kConv        ? op->describe_conv()
+                        : kind == BlockPart::kBatchNorm ? op->describe_batch_norm()
+                        : kind == BlockPart::kMaxPool   ? op->describe_pool()
+                                                        : std::string());
+      fused_of_[k] = static_cast<int>(fused_.size());
+    }
+    f.op = std::move(op);
+    fused_.push_back(std::move(f));
+    i = j;
+  }
+}
+
+FusedBlockParams Sequence::Fused::params() const {
+  FusedBlockParams p;
+  p.w = w->value;
+  p.dw = w->grad;
+  if (b != nullptr) {
+    p.b = b->value;
+    p.db = b->grad;
+  }
+  if (gamma != nullptr) {
+    p.gamma = gamma->value;
+    p.beta = beta->value;
+    p.dgamma = gamma->grad;
+    p.dbeta = beta->grad;
+    p.running_mean = mean->value;
+    p.running_var = var->value;
+  }
+  return p;
+}
+
+// Note [Pooled activations]: a fused block writes only its last layer's output (a convolution
+// that computes its max pooling writes only the pooling's: lenet at batch 64 keeps neither
+// conv1's full output, 6.4 MB, nor its ReLU's), keeping in its own `saved` tensor what its
+// backward reads, and the two gradient buffers (Note [Ping-pong gradients]) hold the largest
+// gradient a layer or block writes for the one before it: the input of each one after the
+// first (the first writes the caller's dx). The gradients inside fused blocks go through one
+// scratch tensor, shared as the buffers are.
 void Sequence::size_gradients() {
   grads_ = std::make_shared<GradientBuffers>();
-  for (size_t k = 1; k < layers_.size(); ++k)
-    if (!passes_gradient(k))
+  grads_->scratch = inner_->scratch;  // one for this sequence and its blocks' branches
+  FusedScratch& scratch = *grads_->scratch;
+  for (size_t k = 0; k < layers_.size(); ++k) {
+    const int f = fused_of_[k];
+    if (f >= 0 && fused_[f].first != k) continue;
+    if (k > 0)
       grads_->per_sample = std::max(grads_->per_sample, layers_[k - 1]->out_shape().numel());
+    if (f >= 0)
+      scratch.per_sample = std::max(scratch.per_sample, fused_[f].op->scratch_per_sample());
+  }
 }
 
 void Sequence::share_gradient_buffers(const std::shared_ptr<GradientBuffers>& buffers) {
   buffers->per_sample = std::max(buffers->per_sample, grads_->per_sample);
+  buffers->scratch->per_sample =
+      std::max(buffers->scratch->per_sample, grads_->scratch->per_sample);
+  inner_->scratch = buffers->scratch;  // Note [Fused blocks]: one scratch for the model
   grads_ = buffers;
 }
 
-bool Sequence::add_input_grad() {
-  if (backend_ == nullptr || !backend_->fuse_layers() || layers_.empty() || passes_gradient(0))
-    return false;
-  // dy may be dx: a later layer must take it (and be done with it) before layer 0 writes dx.
-  bool later = false;
-  for (size_t k = 1; k < layers_.size(); ++k) later = later || !passes_gradient(k);
-  return later && layers_[0]->add_input_grad();
+bool Sequence::adds_input_grad() const {
+  return !fused_.empty() && fused_.front().first == 0 && fused_.front().op->adds_input_grad();
+}
+
+bool Sequence::adds_residual() const {
+  return !fused_.empty() && fused_.back().residual && fused_.back().last + 1 == layers_.size();
 }
 
 void Sequence::collect(std::vector<ParamSlot*>& params, std::vector<ParamSlot*>& buffers) {
   for (auto& layer : layers_) layer->collect(params, buffers);
-}
-
-bool Sequence::fuse_add_relu() {
-  if (backend_ == nullptr || !backend_->fuse_layers() || layers_.empty()) return false;
-  const size_t last = layers_.size() - 1;
-  if (fused_[last] || pooled_[last] || (last >= 2 && pooled_[last - 2])) return false;
-  return layers_[last]->fuse_add_relu();
 }
 
 const Tensor& Sequence::forward(const Tensor& x, bool training) {
@@ -89,6 +168,7 @@ const Tensor& Sequence::forward(const Tensor& x, bool training) {
 }
 
 void Sequence::forward_add_relu(const Tensor& x, const Tensor& other, Tensor& y, bool training) {
+  DDPV_CHECK(adds_residual(), "forward_add_relu on a sequence that adds no residual (internal)");
   run_forward(x, training, &other, &y);
 }
 
@@ -97,27 +177,31 @@ const Tensor& Sequence::run_forward(const Tensor& x, bool training, const Tensor
   const int64_t n = x.shape()[0];
   const Tensor* in = &x;
   for (size_t i = 0; i < layers_.size(); ++i) {
-    if (other != nullptr && i + 1 == layers_.size()) {  // Note [BatchNorm + residual]
-      acts_[i] = Tensor::wrap(y->raw(), y->shape(), y->dtype(), y->device());
-      ProfileScope timed(backend_, layers_[i]->name(), kinds_[i], ProfilePhase::kForward);
-      layers_[i]->forward_add_relu(*in, *other, *y, training);
-    } else if (i >= 1 && pooled_[i - 1]) {
-      // Note [Pooled activations]: the ReLU that layer i - 1 applies has no tensor
-    } else if (fused_[i]) {  // the previous layer's output is already rectified
-      acts_[i] = Tensor::wrap(in->raw(), in->shape(), in->dtype(), in->device());
-    } else if (i >= 2 && pooled_[i - 2]) {
-      // written by layer i - 2
-    } else if (pooled_[i]) {  // Note [Pooled activations]: only the pooled output is written
-      ProfileScope timed(backend_, layers_[i]->name(), kinds_[i], ProfilePhase::kForward);
-      ensure_tensor(acts_[i + 2], batch_shape(n, layers_[i + 2]->out_shape()), *backend_);
-      layers_[i]->forward_pooled(*in, acts_[i + 2], training);
-    } else {
-      ensure_tensor(acts_[i], batch_shape(n, layers_[i]->out_shape()), *backend_);
-      const bool leaf = !layers_[i]->is_block();
-      ProfileScope timed(leaf ? backend_ : nullptr, layers_[i]->name(), kinds_[i],
-                         ProfilePhase::kForward);
-      layers_[i]->forward(*in, acts_[i], training);
+    if (fused_of_[i] >= 0) {  // Note [Fused blocks]
+      Fused& f = fused_[fused_of_[i]];
+      Tensor& out = acts_[f.last];
+      if (f.residual) {  // Note [BatchNorm + residual]: written into the block's output
+        DDPV_CHECK(other != nullptr, "a fused block that adds the residual got none (internal)");
+        out = Tensor::wrap(y->raw(), y->shape(), y->dtype(), y->device());
+      } else {
+        ensure_tensor(out, batch_shape(n, layers_[f.last]->out_shape()), *backend_);
+      }
+      const int64_t saved = f.op->saved_per_sample();
+      if (saved > 0) ensure_tensor(f.saved, Shape{n * saved}, *backend_);
+      layers_[i]->check_input(*in);
+      ProfileScope timed(backend_, layers_[i]->name(), f.kind, ProfilePhase::kForward);
+      f.op->forward(static_cast<int>(n), training, in->data<float>(), f.params(),
+                    f.residual ? other->data<float>() : nullptr,
+                    saved > 0 ? f.saved.data<float>() : nullptr, out.data<float>());
+      in = &out;
+      i = f.last;
+      continue;
     }
+    ensure_tensor(acts_[i], batch_shape(n, layers_[i]->out_shape()), *backend_);
+    const bool leaf = !layers_[i]->is_block();
+    ProfileScope timed(leaf ? backend_ : nullptr, layers_[i]->name(), kinds_[i],
+                       ProfilePhase::kForward);
+    layers_[i]->forward(*in, acts_[i], training);
     in = &acts_[i];
   }
   return *in;
@@ -132,35 +216,46 @@ void Sequence::backward(const Tensor& x, const Tensor& dy, Tensor* dx, bool accu
   const int64_t n = x.shape()[0];
   if (grads_->per_sample > 0)
     for (auto& g : grads_->buf) ensure_tensor(g, Shape{n * grads_->per_sample}, *backend_);
+  FusedScratch& scratch = *grads_->scratch;
+  if (scratch.per_sample > 0) ensure_tensor(scratch.t, Shape{n * scratch.per_sample}, *backend_);
   Tensor upstream = dy;
   int next = 0;
   for (size_t k = layers_.size(); k-- > 0;) {
-    // A ReLU whose backward a neighbour applies, or a pooling fused into layer k - 2 (Note
-    // [Pooled weight gradient]): the gradient passes through.
-    if (passes_gradient(k)) {
-      if (k == 0 && dx)
-        backend_->copy(dx->raw(), dx->device(), upstream.raw(), upstream.device(),
-                       upstream.nbytes());
-      continue;
-    }
-    const Tensor& in = k == 0 ? x : acts_[k - 1];
+    const int fi = fused_of_[k];
+    const size_t first = fi >= 0 ? fused_[fi].first : k;
+    const Tensor& in = first == 0 ? x : acts_[first - 1];
     Tensor view;
     Tensor* down = nullptr;
-    if (k == 0) {
+    if (first == 0) {
       down = dx;
     } else {
       view = Tensor::wrap(grads_->buf[next].raw(), in.shape(), DType::kF32, in.device());
       down = &view;
     }
-    const bool leaf = !layers_[k]->is_block();
-    ProfileScope timed(leaf ? backend_ : nullptr, layers_[k]->name(), kinds_[k],
-                       ProfilePhase::kBackward);
-    if (pooled_[k]) {
-      layers_[k]->backward_pooled(in, upstream, down, accumulate, ready);
+    if (fi >= 0) {  // Note [Fused blocks]
+      Fused& f = fused_[fi];
+      {
+        ProfileScope timed(backend_, layers_[first]->name(), f.kind, ProfilePhase::kBackward);
+        const bool saved = f.op->saved_per_sample() > 0;
+        f.op->backward(static_cast<int>(n), in.data<float>(), f.params(),
+                       saved ? f.saved.data<float>() : nullptr, acts_[f.last].data<float>(),
+                       upstream.data<float>(),
+                       scratch.per_sample > 0 ? scratch.t.data<float>() : nullptr,
+                       down ? down->data<float>() : nullptr, accumulate);
+      }
+      // In the order the layers report them one by one: the BatchNorm's, then the convolution's.
+      if (ready) {
+        for (const ParamSlot* p : {f.beta, f.gamma, f.b, f.w})
+          if (p != nullptr) ready(p->index);
+      }
+      k = first;
     } else {
+      const bool leaf = !layers_[k]->is_block();
+      ProfileScope timed(leaf ? backend_ : nullptr, layers_[k]->name(), kinds_[k],
+                         ProfilePhase::kBackward);
       layers_[k]->backward(in, acts_[k], upstream, down, accumulate, ready);
     }
-    if (k > 0) {
+    if (first > 0) {
       upstream = view;
       next ^= 1;
     }

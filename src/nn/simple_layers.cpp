@@ -1,11 +1,12 @@
 // Parameter-free layers: ReLU, max/avg/global-average pooling, and Flatten.
 #include "ddpv/nn/layers.hpp"
+#include "nn/fusable.hpp"
 #include "nn/weighted_layer.hpp"
 
 namespace ddpv {
 namespace {
 
-class ReluLayer final : public Layer {
+class ReluLayer final : public Layer, public Fusable {
  public:
   using Layer::Layer;
   Shape setup(Backend& backend, const Shape& in) override {
@@ -23,10 +24,15 @@ class ReluLayer final : public Layer {
       backend_->relu_backward(y.numel(), y.data<float>(), dy.data<float>(), dx->data<float>());
   }
   std::string describe() const override { return name_ + ": relu, " + in_.str(); }
-  bool is_relu() const override { return true; }
+  BlockPart part() override {
+    BlockPart p;
+    p.kind = BlockPart::kRelu;
+    return p;
+  }
+  void join_block(const std::string&) override {}
 };
 
-class PoolLayer final : public Layer {
+class PoolLayer final : public Layer, public Fusable {
  public:
   PoolLayer(const std::string& name, PoolKind kind, int kernel, int stride, int padding)
       : Layer(name) {
@@ -55,26 +61,30 @@ class PoolLayer final : public Layer {
                 const GradReadyFn&) override {
     if (dx) op_->backward(static_cast<int>(x.shape()[0]), dy.data<float>(), dx->data<float>());
   }
-  bool fold_relu_backward() override { return relu_folded_ = op_->fold_relu_backward(); }
-  Pool2dOp* fusable_max_pool(int* kernel) override {
-    const bool tiled =
-        cfg_.kind == PoolKind::kMax && cfg_.kernel == cfg_.stride && cfg_.padding == 0;
-    if (!tiled || !relu_folded_) return nullptr;
-    *kernel = cfg_.kernel;
-    return op_.get();
-  }
   std::string describe() const override {
     const char* kind = cfg_.kind == PoolKind::kMax   ? "maxpool"
                        : cfg_.kind == PoolKind::kAvg ? "avgpool"
                                                      : "global avgpool";
-    return name_ + ": " + kind + (relu_folded_ ? " (+ relu backward)" : "") + ", " + in_.str() +
-           " -> " + out_.str();
+    return name_ + ": " + kind + (block_how_.empty() ? "" : " (" + block_how_ + ")") + ", " +
+           in_.str() + " -> " + out_.str();
+  }
+  // Only a max pooling follows a ReLU into a block (Note [Fused blocks]).
+  BlockPart part() override {
+    BlockPart p;
+    if (cfg_.kind != PoolKind::kMax) return p;
+    p.kind = BlockPart::kMaxPool;
+    p.pool = &cfg_;
+    return p;
+  }
+  void join_block(const std::string& how) override {
+    block_how_ = how;
+    op_.reset();
   }
 
  private:
   Pool2dConfig cfg_;
   std::unique_ptr<Pool2dOp> op_;
-  bool relu_folded_ = false;
+  std::string block_how_;  // Note [Fused blocks]: what the block's op says of the pooling
 };
 
 class FlattenLayer final : public Layer {

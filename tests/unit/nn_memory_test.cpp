@@ -77,7 +77,9 @@ TEST(ModelMemoryTest, SmallerBatchReusesTheStorage) {
 // shapes per sample: two buffers of the largest activation (32 x 32 x 16) for the model's own
 // layers, two more that all nine blocks' branches share (each branch held its own two before,
 // 22 in all), and for each of the two projection blocks its output gradient (16 x 16 x 32, 8 x 8 x
-// 64) and its shortcut's input gradient (32 x 32 x 16, 16 x 16 x 32). Its gradients still
+// 64) and its shortcut's input gradient (32 x 32 x 16, 16 x 16 x 32), and one scratch tensor
+// for the gradients inside fused blocks (Note [Fused blocks]), of the largest of them: a
+// 32 x 32 x 16 convolution output's, shared by the model's blocks. Its gradients still
 // match PyTorch's (golden_test) and separate layers' (FusedLayersComputeWhatSeparateLayersCompute).
 TEST(ModelMemoryTest, ResidualBlocksShareTheirGradientBuffers) {
   auto be = cpu();
@@ -90,7 +92,7 @@ TEST(ModelMemoryTest, ResidualBlocksShareTheirGradientBuffers) {
   const Tensor dl = loss_gradient(*be, m->forward(x, true), ys);
   const size_t before = host_memory_stats().in_use;
   m->backward(dl, false);
-  const int64_t per_sample = 4 * 16384 + (8192 + 4096) + (16384 + 8192);
+  const int64_t per_sample = 4 * 16384 + (8192 + 4096) + (16384 + 8192) + 16384;
   EXPECT_EQ(host_memory_stats().in_use - before, size_t(n * per_sample) * sizeof(float));
 }
 

@@ -266,8 +266,16 @@ TEST(ModelTest, TuningComesFromTheOptionsAndShowsInTheName) {
   ::setenv("DDPV_CPU_FUSE", "off", 1);  // read by earlier versions; no longer
   ::setenv("DDPV_CPU_CONV", "direct", 1);
   ::setenv("DDPV_CPU_LAYOUT", "nhwc", 1);
+  // A 3x3 convolution + BatchNorm + ReLU, which the fusing backend takes as one block.
+  FusedBlockConfig chain;
+  chain.conv.in_channels = chain.conv.out_channels = chain.bn.channels = 16;
+  chain.conv.in_h = chain.conv.in_w = chain.bn.h = chain.bn.w = 8;
+  chain.conv.kernel = 3;
+  chain.conv.padding = 1;
+  chain.conv.bias = false;
+  chain.batch_norm = chain.relu = true;
   const auto fast = make_backend(o);
-  EXPECT_TRUE(fast->fuse_layers());
+  EXPECT_NE(fast->fused_block(chain), nullptr);
   EXPECT_TRUE(fast->activation_block() == 8 || fast->activation_block() == 16) << fast->name();
   EXPECT_EQ(fast->name().find("no fusion"), std::string::npos) << fast->name();
   EXPECT_EQ(fast->name().find("conv "), std::string::npos) << fast->name();
@@ -278,7 +286,7 @@ TEST(ModelTest, TuningComesFromTheOptionsAndShowsInTheName) {
   o.conv_algorithm = ConvAlgorithm::kDirect;
   o.activation_block = 0;
   const auto plain = make_backend(o);
-  EXPECT_FALSE(plain->fuse_layers());
+  EXPECT_EQ(plain->fused_block(chain), nullptr);
   EXPECT_EQ(plain->activation_block(), 0);
   for (const char* shown : {"no fusion", "conv direct", "nhwc activations"})
     EXPECT_NE(plain->name().find(shown), std::string::npos) << shown << ": " << plain->name();

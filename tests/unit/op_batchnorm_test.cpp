@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "bn_ref.hpp"
+#include "cpu_fusable.hpp"
 #include "op_check.hpp"
 
 namespace ddpv::test {
@@ -120,8 +121,8 @@ TEST_P(BatchNormOpTest, FusedReluMatchesSeparateLayers) {
                gamma = random_vector(16, 83, 0.5f, 1.5f), beta = random_vector(16, 84, -0.5f, 0.5f);
     auto lay = [&](const std::vector<float>& v) { return nhwc_to_blocked(v, n, hw, ch, block); };
     auto unlay = [&](const std::vector<float>& v) { return blocked_to_nhwc(v, n, hw, ch, block); };
-    auto op = backend->batchnorm2d(c);
-    if (!op->fuse_relu()) GTEST_SKIP() << "this backend's BatchNorm fuses no ReLU";
+    auto op = as_fusable<cpu::FusableBatchNorm>(backend->batchnorm2d(c));
+    if (!op || !op->fuse_relu()) GTEST_SKIP() << "this backend's BatchNorm fuses no ReLU";
     DeviceBuffer x_(backend.get(), lay(x)), g_(backend.get(), gamma), b_(backend.get(), beta),
         y_(backend.get(), total), rm(backend.get(), 16),
         rv(backend.get(), std::vector<float>(16, 1.0f)), dy_(backend.get(), lay(dy)),

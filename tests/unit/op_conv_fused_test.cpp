@@ -9,6 +9,7 @@
 
 #include "backend/cpu/cpu_ops.hpp"
 #include "conv_ref.hpp"
+#include "cpu_fusable.hpp"
 #include "op_check.hpp"
 
 namespace ddpv::test {
@@ -163,7 +164,8 @@ TEST(ConvOpFusedRelu, RectifiesTheOutputWhereTheOpCan) {
     Conv2dConfig c = cc.config();
     c.in_block = block_for(c.in_channels, b);
     c.out_block = block_for(c.out_channels, b);
-    auto op = backend->conv2d(c);
+    auto op = as_fusable<cpu::FusableConv>(backend->conv2d(c));
+    ASSERT_NE(op, nullptr);
     SCOPED_TRACE(cc.str() + ": " + op->algorithm());
     ConvProblem p(backend.get(), c, cc.n, seed);
     std::vector<double> want = p.y_ref();
@@ -182,7 +184,8 @@ TEST(ConvOpFusedRelu, RectifiesTheOutputWhereTheOpCan) {
     EXPECT_TRUE(winograd_close(p.gw.to_host(), p.grads_ref().dw))
         << "dw of the convolution's own output";
   }
-  const auto direct = backend->conv2d(ConvCase{2, 8, 8, 6, 6, 3, 2, 1, true}.config());
+  const auto direct = as_fusable<cpu::FusableConv>(
+      backend->conv2d(ConvCase{2, 8, 8, 6, 6, 3, 2, 1, true}.config()));
   EXPECT_EQ(direct->algorithm(), "direct");
   EXPECT_FALSE(direct->fuse_relu());
 }
@@ -221,13 +224,13 @@ NaivePooling naive_relu_max_pool(std::vector<double> y, const std::vector<float>
 // A single-channel conv with its max pooling fused (Note [Max pooling fused into the
 // convolution]) and the pooling op whose positions it records.
 struct FusedPooling {
-  std::unique_ptr<Conv2dOp> op;
-  std::unique_ptr<Pool2dOp> pool;
+  std::unique_ptr<cpu::FusableConv> op;
+  std::unique_ptr<cpu::FusablePool> pool;
   int32_t* positions = nullptr;
 };
 FusedPooling fuse_pooling(Backend& backend, const Conv2dConfig& c, int n, int pk) {
   FusedPooling f;
-  f.op = backend.conv2d(c);
+  f.op = as_fusable<cpu::FusableConv>(backend.conv2d(c));
   EXPECT_FALSE(f.op->fuse_max_pool(pk)) << "pooling before the ReLU is fused";
   EXPECT_TRUE(f.op->fuse_relu());
   EXPECT_TRUE(f.op->fuse_max_pool(pk));
@@ -238,7 +241,7 @@ FusedPooling fuse_pooling(Backend& backend, const Conv2dConfig& c, int n, int pk
   pc.in_w = c.out_w();
   pc.kernel = pc.stride = pk;
   pc.block = c.out_block;
-  f.pool = backend.pool2d(pc);
+  f.pool = as_fusable<cpu::FusablePool>(backend.pool2d(pc));
   EXPECT_EQ(f.pool->positions_for(n), nullptr) << "before the ReLU's backward is folded";
   EXPECT_TRUE(f.pool->fold_relu_backward());
   f.positions = f.pool->positions_for(n);

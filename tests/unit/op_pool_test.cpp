@@ -6,6 +6,7 @@
 #include <random>
 #include <string>
 
+#include "cpu_fusable.hpp"
 #include "op_check.hpp"
 
 namespace ddpv::test {
@@ -203,8 +204,8 @@ TEST_P(PoolOpTest, FoldsTheBackwardOfTheReluBeforeIt) {
       std::vector<double> want_y, want_dx;
       pool_ref(c, n, x, dy, want_y, want_dx);
       for (size_t i = 0; i < x.size(); ++i) want_dx[i] = x[i] > 0 ? want_dx[i] : 0.0;
-      auto op = backend->pool2d(c);
-      if (!op->fold_relu_backward()) GTEST_SKIP() << "this backend's pooling folds no ReLU";
+      auto op = as_fusable<cpu::FusablePool>(backend->pool2d(c));
+      if (!op || !op->fold_relu_backward()) GTEST_SKIP() << "this backend's pooling folds no ReLU";
       auto lay = [&](const std::vector<float>& v, int64_t hw) {
         return nhwc_to_blocked(v, n, hw, ch, block);
       };

@@ -9,6 +9,7 @@
 
 #include "bn_ref.hpp"
 #include "conv_ref.hpp"
+#include "cpu_fusable.hpp"
 #include "op_check.hpp"
 
 namespace ddpv::test {
@@ -24,7 +25,8 @@ TEST(ConvOpWinograd, AddsTheInputGradientWhenAsked) {
       {ConvCase{2, 16, 16, 7, 9, 3, 1, 1, false}, ConvCase{3, 32, 16, 14, 14, 5, 1, 2, true},
        ConvCase{9, 16, 16, 16, 16, 3, 1, 1, true}},  // 3 chunks
       [&](Backend& backend, const Conv2dConfig& c, const ConvCase& cc) {
-        auto op = backend.conv2d(c);
+        auto op = as_fusable<cpu::FusableConv>(backend.conv2d(c));
+        ASSERT_NE(op, nullptr);
         ASSERT_TRUE(op->add_input_grad());
         ConvProblem p(&backend, c, cc.n, seed);
         const std::vector<float> held = random_vector(p.x.size(), ++seed);
@@ -53,7 +55,8 @@ TEST(ConvOpWinograd, WritesTheBatchStatisticsOfItsOutput) {
       {ConvCase{2, 16, 16, 7, 9, 3, 1, 1, true}, ConvCase{3, 32, 16, 14, 14, 5, 1, 2, false},
        ConvCase{9, 16, 32, 16, 16, 3, 1, 1, false}},  // 3 chunks
       [&](Backend& backend, const Conv2dConfig& c, const ConvCase& cc) {
-        auto op = backend.conv2d(c);
+        auto op = as_fusable<cpu::FusableConv>(backend.conv2d(c));
+        ASSERT_NE(op, nullptr);
         std::vector<double> sums(2 * size_t(c.out_channels), 1e30);
         ASSERT_TRUE(op->write_batch_stats(sums.data()));
         ConvProblem p(&backend, c, cc.n, seed);
@@ -97,7 +100,8 @@ TEST(BatchNormOpGivenStats, NormalisesWithTheSumsAndDifferentiatesThroughThem) {
                beta = random_vector(16, 95, -0.5f, 0.5f);
     auto lay = [&](const std::vector<float>& v) { return nhwc_to_blocked(v, n, hw, ch, block); };
     auto unlay = [&](const std::vector<float>& v) { return blocked_to_nhwc(v, n, hw, ch, block); };
-    auto op = backend->batchnorm2d(c);
+    auto op = as_fusable<cpu::FusableBatchNorm>(backend->batchnorm2d(c));
+    ASSERT_NE(op, nullptr);
     if (relu) {
       ASSERT_TRUE(op->fuse_relu());
     }
@@ -163,9 +167,9 @@ TEST(BatchNormOpGivenStats, NormalisesWithTheSumsAndDifferentiatesThroughThem) {
 TEST(BatchNormOpGivenStats, AddsTheResidualAndRectifies) {
   auto backend = backend_or_skip(Device::kCpu);
   {
-    auto plain = backend->batchnorm2d(bn_config(16, 4, 5));
+    auto plain = as_fusable<cpu::FusableBatchNorm>(backend->batchnorm2d(bn_config(16, 4, 5)));
     EXPECT_FALSE(plain->fuse_add_relu()) << "needs the statistics given";
-    auto fused = backend->batchnorm2d(bn_config(16, 4, 5));
+    auto fused = as_fusable<cpu::FusableBatchNorm>(backend->batchnorm2d(bn_config(16, 4, 5)));
     fused->fuse_relu();
     fused->given_stats();
     fused->take_given_stats();
@@ -185,7 +189,8 @@ TEST(BatchNormOpGivenStats, AddsTheResidualAndRectifies) {
     other[7] = std::nanf("");
     auto lay = [&](const std::vector<float>& v) { return nhwc_to_blocked(v, n, hw, ch, block); };
     auto unlay = [&](const std::vector<float>& v) { return blocked_to_nhwc(v, n, hw, ch, block); };
-    auto op = backend->batchnorm2d(c);
+    auto op = as_fusable<cpu::FusableBatchNorm>(backend->batchnorm2d(c));
+    ASSERT_NE(op, nullptr);
     double* sums = op->given_stats();
     op->take_given_stats();
     ASSERT_TRUE(op->fuse_add_relu());

@@ -97,35 +97,6 @@ class Conv2dOp {
                         float* dw, float* db, bool accumulate) = 0;
   // How the op computes, for logs and tests: "direct", "winograd F(4x4,5x5)", ...
   virtual std::string algorithm() const { return "direct"; }
-  // Note [Input gradient added]: asks backward and backward_pooled to add the input gradient
-  // to what dx holds instead of overwriting it; true if they will from now on.
-  virtual bool add_input_grad() { return false; }
-  // Note [Batch statistics from the convolution]: asks forward to write, into sums (2 x Cout
-  // doubles that outlive the op), the sum of y over images and positions per output channel,
-  // then the sum of its squares; true if every forward will from now on (forward_pooled
-  // writes none). Null sums stop it again (evaluation, where they would go unread).
-  virtual bool write_batch_stats(double* /*sums*/) { return false; }
-  // Note [Fused ReLU]: asks forward to write max(0, y) (NaN kept, -0 as +0: the ReLU op's
-  // rule) where it can do so for free; true if it will. Backward is unchanged: dy is still the
-  // gradient of the convolution's own output (the ReLU's backward has masked it).
-  virtual bool fuse_relu() { return false; }
-  // Note [Max pooling fused into the convolution]: after fuse_relu(), asks for forward_pooled
-  // with a kernel x kernel, stride-kernel max pooling of the rectified output; true if the op
-  // has it. forward_pooled writes the pooling's output (N, OH / k, OW / k, Cout) in y's layout
-  // and the window positions as Pool2dOp::positions_for wants them, not y itself.
-  virtual bool fuse_max_pool(int /*kernel*/) { return false; }
-  virtual void forward_pooled(int /*n*/, const float* /*x*/, const float* /*w*/, const float* /*b*/,
-                              float* /*pooled*/, int32_t* /*positions*/) {
-    DDPV_FAIL("this convolution has no fused max pooling (internal: fuse_max_pool said no)");
-  }
-  // Note [Pooled weight gradient]: backward of the last forward_pooled, from the pooling's
-  // output gradient dpooled (N, OH / k, OW / k, Cout) and the positions that forward recorded:
-  // what backward gives for the dy that the pooling's backward (ReLU's folded) would give.
-  virtual void backward_pooled(int /*n*/, const float* /*x*/, const float* /*w*/,
-                               const float* /*dpooled*/, const int32_t* /*positions*/,
-                               float* /*dx*/, float* /*dw*/, float* /*db*/, bool /*accumulate*/) {
-    DDPV_FAIL("this convolution has no fused max pooling (internal: fuse_max_pool said no)");
-  }
 };
 
 class BatchNormOp {
@@ -140,28 +111,6 @@ class BatchNormOp {
   // Backward of the last forward_train. dx: (N, H, W, C); dgamma, dbeta: (C).
   virtual void backward(int n, const float* x, const float* gamma, const float* dy, float* dx,
                         float* dgamma, float* dbeta, bool accumulate) = 0;
-  // Note [BatchNorm + ReLU]: asks both forwards to write max(0, y) and backward to take dy as
-  // the gradient of that rectified output (applying the ReLU's backward itself). True if it
-  // will. A channel whose batch statistics are not finite comes out as NaN, as unfused.
-  virtual bool fuse_relu() { return false; }
-  // Note [Batch statistics from the convolution]: 2 x channels doubles that the op writing x
-  // may fill in each of its forwards (Conv2dOp::write_batch_stats); null if this op cannot
-  // take its statistics from there. After take_given_stats(), forward_train normalises with
-  // the statistics computed from them instead of reading x for its own.
-  virtual double* given_stats() { return nullptr; }
-  virtual void take_given_stats() {}
-  virtual bool takes_given_stats() const { return false; }
-  // Note [BatchNorm + residual]: y = max(0, the normalisation of x + other), NaN kept as the
-  // add_relu op keeps it, in one pass: in training with the statistics given (and the running
-  // statistics updated as forward_train does), else with the running ones. fuse_add_relu() is
-  // true if the op has it; backward is then that of the normalisation alone.
-  virtual bool fuse_add_relu() { return false; }
-  virtual void forward_add_relu(int /*n*/, bool /*training*/, const float* /*x*/,
-                                const float* /*gamma*/, const float* /*beta*/,
-                                const float* /*other*/, float* /*y*/, float* /*running_mean*/,
-                                float* /*running_var*/) {
-    DDPV_FAIL("this BatchNorm adds no residual (internal: fuse_add_relu said no)");
-  }
 };
 
 class Pool2dOp {
@@ -171,18 +120,68 @@ class Pool2dOp {
   virtual void forward(int n, const float* x, float* y) = 0;
   // dy: (N, OH, OW, C) -> dx: (N, H, W, C), of the last forward.
   virtual void backward(int n, const float* dy, float* dx) = 0;
-  // Note [ReLU folded into max pooling]: for a pooling whose input is a ReLU's output, asks
-  // backward to apply that ReLU's backward too (dx zero where the window's maximum is not
-  // positive), so the ReLU's own backward pass can be skipped. True if it will; forwards
-  // from then on record what it needs.
-  virtual bool fold_relu_backward() { return false; }
-  // Note [Max pooling fused into the convolution]: for a max pooling whose windows tile the
-  // input and that folds its ReLU, readies the record of window positions for a forward of n
-  // images (one int32 per output element, in the output's layout: the first largest of the
-  // window in row-major order, -1 where the maximum is not positive) and returns it; a fused
-  // producer writes it and the output, and backward then runs as after forward. Null where
-  // this pooling cannot be fused.
-  virtual int32_t* positions_for(int /*n*/) { return nullptr; }
+};
+
+// Note [Fused blocks]: a chain conv -> [batchnorm] -> [+ residual] -> [relu] -> [max pool],
+// the shape of every convolution of the model zoo with what follows it, that a backend may
+// compute as one op: fewer passes over the activations, the ReLU applied where the value is
+// already in a register, the pooling taken from the tile that was just written, the batch
+// statistics summed while the output is formed. A backend that has no such op for a chain
+// declines it (Backend::fused_block returns null) and nn runs the plain ops one layer at a
+// time; the two compute the same to rounding (ModelTest.FusedLayersComputeWhatSeparateLayers-
+// Compute). Which fusions the op applies is its own business; describe_*() say which.
+struct FusedBlockConfig {
+  Conv2dConfig conv;
+  bool batch_norm = false;
+  BatchNormConfig bn;         // with batch_norm: the BatchNorm of the convolution's output
+  bool add_residual = false;  // y = relu(bn(conv(x)) + residual): needs batch_norm and relu
+  bool relu = false;
+  bool max_pool = false;
+  Pool2dConfig pool;            // with max_pool: a max pooling of the ReLU's output
+  bool add_input_grad = false;  // asks backward to add dx (Note [Input gradient added])
+};
+
+// The layer's tensors, in the arenas (nulls for the parts the block lacks).
+struct FusedBlockParams {
+  const float* w = nullptr;
+  const float* b = nullptr;
+  const float* gamma = nullptr;
+  const float* beta = nullptr;
+  float* running_mean = nullptr;
+  float* running_var = nullptr;
+  float* dw = nullptr;
+  float* db = nullptr;
+  float* dgamma = nullptr;
+  float* dbeta = nullptr;
+};
+
+class FusedBlockOp {
+ public:
+  virtual ~FusedBlockOp() = default;
+  // Floats per sample that forward keeps for backward besides x and y (`saved`), and that
+  // backward may use for gradients between the stages (`scratch`); the caller owns both,
+  // and may share the scratch with other blocks that never run backward at the same time.
+  virtual int64_t saved_per_sample() const = 0;
+  virtual int64_t scratch_per_sample() const = 0;
+  // True if backward adds the input gradient to what dx holds (asked by add_input_grad).
+  virtual bool adds_input_grad() const { return false; }
+  // x: the convolution's input -> y: the block's output; residual: shaped as the output
+  // (with add_residual, else null). Training uses and updates the batch statistics.
+  virtual void forward(int n, bool training, const float* x, const FusedBlockParams& p,
+                       const float* residual, float* saved, float* y) = 0;
+  // Backward of the last training forward: dy is the gradient of y or, with add_residual,
+  // of the sum before the ReLU (the caller, which owns the shortcut, applies that ReLU's
+  // backward once for both branches). dx: null when not needed. accumulate: add to the
+  // parameter gradients.
+  virtual void backward(int n, const float* x, const FusedBlockParams& p, const float* saved,
+                        const float* y, const float* dy, float* scratch, float* dx,
+                        bool accumulate) = 0;
+  // For the layer list: how the convolution computes and what it took in ("winograd
+  // F(4x4,5x5), + relu, + maxpool"), and what the BatchNorm and the pooling took in
+  // ("+ relu, statistics from the convolution"; "+ relu backward"; empty for nothing).
+  virtual std::string describe_conv() const = 0;
+  virtual std::string describe_batch_norm() const { return ""; }
+  virtual std::string describe_pool() const { return ""; }
 };
 
 class LinearOp {
@@ -297,8 +296,8 @@ struct BackendOptions {
   // CPU: how stride-1 3x3 and 5x5 convolutions compute (Note [Winograd convolution]); kAuto
   // picks per layer.
   ConvAlgorithm conv_algorithm = ConvAlgorithm::kAuto;
-  // CPU: let layers merge with their neighbours (docs/architecture.md, "Layer fusion"); false
-  // runs every layer on its own.
+  // CPU: compute chains of layers as fused blocks (Note [Fused blocks]; docs/architecture.md,
+  // "Layer fusion"); false declines every block, so every layer runs on its own.
   bool fuse_layers = true;
   // CUDA: BatchNorm's cuDNN functions.
   BatchNormPath cuda_batchnorm = BatchNormPath::kEx;
@@ -338,14 +337,18 @@ class Backend {
   virtual std::unique_ptr<Pool2dOp> pool2d(const Pool2dConfig& cfg) = 0;
   virtual std::unique_ptr<LinearOp> linear(const LinearConfig& cfg) = 0;
   virtual std::unique_ptr<SoftmaxCrossEntropyOp> softmax_cross_entropy(int classes) = 0;
+  // Note [Fused blocks]: the chain as one op, or null where this backend declines it.
+  virtual std::unique_ptr<FusedBlockOp> fused_block(const FusedBlockConfig& /*cfg*/) {
+    return nullptr;
+  }
 
   // Elementwise ops over `count` floats; outputs may alias inputs (in-place use is allowed).
   // relu_backward uses y > 0 as the mask, so y may be the forward output kept in place of x.
   virtual void relu_forward(int64_t count, const float* x, float* y) = 0;
   virtual void relu_backward(int64_t count, const float* y, const float* dy, float* dx) = 0;
   virtual void add(int64_t count, const float* a, const float* b, float* y) = 0;  // y = a + b
-  // y = relu(a + b), a residual block's output; one pass where the backend has it and
-  // fuse_layers() is on.
+  // y = relu(a + b), a residual block's output; one pass where the backend has it (the CPU's,
+  // unless BackendOptions::fuse_layers is off).
   virtual void add_relu(int64_t count, const float* a, const float* b, float* y) {
     add(count, a, b, y);
     relu_forward(count, y, y);
@@ -366,9 +369,6 @@ class Backend {
   virtual void relayout(int n, int h, int w, int c, int from, int to, const float* x, float* y) = 0;
   // The activation block this backend prefers (Note [Blocked activations]); 0: NHWC.
   virtual int activation_block() const { return 0; }
-  // Whether a Sequence may ask its layers to merge with their neighbours (the ops still decide
-  // what they can do: docs/architecture.md, "Layer fusion").
-  virtual bool fuse_layers() const { return true; }
 
   // One fused SGD step over the flat arena, PyTorch semantics (spans cover [0, count) exactly
   // once; momentum may be null only when cfg.momentum == 0):

@@ -55,61 +55,17 @@ class Layer {
                         bool accumulate, const GradReadyFn& ready) = 0;
 
   virtual std::string describe() const;  // "conv1: conv 3x3/1 pad 1, (32, 32, 3) -> (32, 32, 16)"
-  // Note [Input gradient added]: asks backward (and backward_pooled) to add the input gradient
-  // to what dx holds instead of overwriting it; true if this layer will from now on.
-  virtual bool add_input_grad() { return false; }
-  // Note [Batch statistics from the convolution]: a BatchNorm's op, if the layer that writes
-  // its input may hand it the batch statistics (null otherwise); and, on that layer,
-  // feed_batch_stats(next) asks it to do so for `next`, the layer after it: true if it will.
-  virtual BatchNormOp* fusable_batch_norm() { return nullptr; }
-  virtual bool feed_batch_stats(Layer& /*next*/) { return false; }
-  // Note [BatchNorm + residual]: asks forward_add_relu to write max(0, this layer's output +
-  // other) (other shaped as the output) instead of the output; true if it will. Backward is
-  // unchanged: dy is still the gradient of the layer's own output.
-  virtual bool fuse_add_relu() { return false; }
-  virtual void forward_add_relu(const Tensor& /*x*/, const Tensor& /*other*/, Tensor& /*y*/,
-                                bool /*training*/) {
-    DDPV_FAIL("layer ", name_, " adds no residual (internal)");
-  }
+  // Throws ddpv::Error naming the layer and both shapes when x is not (N, in_shape...).
+  void check_input(const Tensor& x) const;
   // A block runs layers of its own, which the profile times instead (Note [Layer profile]).
   virtual bool is_block() const { return false; }
   // Note [Shared gradient buffers]: a block's branches take their gradient buffers from
   // `buffers`, which every block of the sequence around it shares.
   virtual void share_gradient_buffers(const std::shared_ptr<GradientBuffers>& /*buffers*/) {}
-
-  // Note [Fused ReLU]: a layer followed by a ReLU may apply it in its own forward, for free;
-  // the sequence then gives the ReLU's output the same memory, and the ReLU's backward (which
-  // reads only that output) runs as before. fuse_relu() is true if this layer now does so.
-  virtual bool fuse_relu() { return false; }
-  virtual bool is_relu() const { return false; }
-  // Note [ReLU folded into max pooling]: a layer whose input is a ReLU's output may apply that
-  // ReLU's backward in its own; the sequence then skips the ReLU's backward.
-  // fold_relu_backward() is true if this layer now does so.
-  virtual bool fold_relu_backward() { return false; }
-  // After fuse_relu(): true if this layer's backward also takes the ReLU's output gradient and
-  // applies the ReLU's backward (Note [BatchNorm + ReLU]); the sequence skips the ReLU then.
-  virtual bool fuses_relu_backward() const { return false; }
-  // Note [Max pooling fused into the convolution]: a max pooling that a producer may compute
-  // (windows that tile the input, its ReLU's backward folded): its op, and its kernel in
-  // *kernel; null otherwise.
-  virtual Pool2dOp* fusable_max_pool(int* /*kernel*/) { return nullptr; }
-  // After fuse_relu(): asks this layer to compute `pool` (a fusable_max_pool) of its rectified
-  // output itself; true if it will, and the sequence then calls forward_pooled, which writes
-  // the pooling's output and leaves this layer's own output unwritten, and backward_pooled,
-  // which takes the pooling's output gradient (Note [Pooled weight gradient]): neither the
-  // ReLU nor the pooling runs its own backward.
-  virtual bool fuse_max_pool(Layer& /*pool*/) { return false; }
-  virtual void forward_pooled(const Tensor& /*x*/, Tensor& /*pooled*/, bool /*training*/) {
-    DDPV_FAIL("layer ", name_, " fuses no max pooling (internal)");
-  }
-  virtual void backward_pooled(const Tensor& /*x*/, const Tensor& /*dpooled*/, Tensor* /*dx*/,
-                               bool /*accumulate*/, const GradReadyFn& /*ready*/) {
-    DDPV_FAIL("layer ", name_, " fuses no max pooling (internal)");
-  }
+  // Fusion is the backend's: a Sequence hands chains of layers to Backend::fused_block (Note
+  // [Fused blocks]), and a layer knows nothing of its neighbours.
 
  protected:
-  // Throws ddpv::Error naming the layer and both shapes when x is not (N, in_shape...).
-  void check_input(const Tensor& x) const;
   // For layers over images: checks that `in` is (H, W, C), records it and the backend.
   void setup_image_input(Backend& backend, const Shape& in);
   // The layout of this layer's activations of `channels` channels (Note [Blocked activations]).

@@ -16,7 +16,7 @@
 // three times (the mean, the variance, then the normalisation), and its input is a tensor the
 // convolution before it has just written tile by tile from registers (resnet20: 16 of its 19
 // BatchNorms follow a Winograd convolution). That convolution can add up each tile's outputs
-// and their squares as it stores them (Conv2dOp::write_batch_stats; a tile's at most 16
+// and their squares as it stores them (FusableConv::write_batch_stats; a tile's at most 16
 // values a channel summed in floats, the tiles in doubles per thread, the threads added in
 // thread order); forward_train then turns the sums into the mean and the biased variance (in
 // double: E[x^2] - E[x]^2 loses nothing that matters there) and normalises in one pass with
@@ -59,7 +59,7 @@ struct BatchNormPlan {
   std::unordered_map<int, Mem> train_args, infer_args, bwd_args;
 };
 
-class CpuBatchNorm final : public BatchNormOp {
+class CpuBatchNorm final : public FusableBatchNorm {
  public:
   CpuBatchNorm(const CpuContext& ctx, const BatchNormConfig& cfg) : ctx_(ctx), cfg_(cfg) {
     DDPV_CHECK(cfg.channels > 0 && cfg.h > 0 && cfg.w > 0,
@@ -361,7 +361,8 @@ class CpuBatchNorm final : public BatchNormOp {
 
 }  // namespace
 
-std::unique_ptr<BatchNormOp> make_batchnorm2d(const CpuContext& ctx, const BatchNormConfig& cfg) {
+std::unique_ptr<FusableBatchNorm> make_batchnorm2d(const CpuContext& ctx,
+                                                   const BatchNormConfig& cfg) {
   return std::make_unique<CpuBatchNorm>(ctx, cfg);
 }
 

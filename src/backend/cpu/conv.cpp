@@ -109,7 +109,7 @@ void check_config(const Conv2dConfig& c) {
              "or more padding");
 }
 
-class CpuConv2d final : public Conv2dOp {
+class CpuConv2d final : public FusableConv {
  public:
   CpuConv2d(const CpuContext& ctx, const Conv2dConfig& cfg) : ctx_(ctx), cfg_(cfg) {
     check_config(cfg);
@@ -290,7 +290,7 @@ class CpuConv2d final : public Conv2dOp {
 
 }  // namespace
 
-std::unique_ptr<Conv2dOp> make_conv2d(const CpuContext& ctx, const Conv2dConfig& cfg) {
+std::unique_ptr<FusableConv> make_conv2d(const CpuContext& ctx, const Conv2dConfig& cfg) {
   check_config(cfg);
   if (const int tile = winograd_tile(ctx.conv, cfg)) return make_winograd_conv2d(ctx, cfg, tile);
   if (single_channel_conv_applies(ctx.conv, cfg)) return make_single_channel_conv2d(ctx, cfg);

@@ -107,6 +107,12 @@ class CpuBackend final : public Backend {
   std::unique_ptr<LinearOp> linear(const LinearConfig& cfg) override {
     return make_linear(ctx_, cfg);
   }
+  // Note [Fused blocks]: every chain is one op on the CPU (the op composes what its kernels
+  // cannot take in), unless fusion is off.
+  std::unique_ptr<FusedBlockOp> fused_block(const FusedBlockConfig& cfg) override {
+    if (!fuse_) return nullptr;
+    return make_fused_block(ctx_, *this, cfg);
+  }
   std::unique_ptr<SoftmaxCrossEntropyOp> softmax_cross_entropy(int classes) override {
     return make_softmax_cross_entropy(ctx_, classes);
   }
@@ -264,7 +270,6 @@ class CpuBackend final : public Backend {
   }
 
   int activation_block() const override { return ctx_.block; }
-  bool fuse_layers() const override { return fuse_; }
 
   void sgd_update(const SgdConfig& cfg, const std::vector<ParamSpan>& spans, int64_t count,
                   float* param, const float* grad, float* momentum) override;

@@ -8,16 +8,99 @@
 
 namespace ddpv::cpu {
 
-std::unique_ptr<Conv2dOp> make_conv2d(const CpuContext& ctx, const Conv2dConfig& cfg);  // conv.cpp
+// The CPU ops with what their kernels can take in from their neighbours. Only the CPU's fused
+// blocks (fused_block.cpp, Note [Fused blocks]) ask for these; a layer sees plain ops.
+class FusableConv : public Conv2dOp {
+ public:
+  // Note [Input gradient added]: asks backward and backward_pooled to add the input gradient
+  // to what dx holds instead of overwriting it; true if they will from now on.
+  virtual bool add_input_grad() { return false; }
+  // Note [Batch statistics from the convolution]: asks forward to write, into sums (2 x Cout
+  // doubles that outlive the op), the sum of y over images and positions per output channel,
+  // then the sum of its squares; true if every forward will from now on (forward_pooled
+  // writes none). Null sums stop it again (evaluation, where they would go unread).
+  virtual bool write_batch_stats(double* /*sums*/) { return false; }
+  // Note [Fused ReLU]: asks forward to write max(0, y) (NaN kept, -0 as +0: the ReLU op's
+  // rule) where it can do so for free; true if it will. Backward is unchanged: dy is still the
+  // gradient of the convolution's own output (the ReLU's backward has masked it).
+  virtual bool fuse_relu() { return false; }
+  // Note [Max pooling fused into the convolution]: after fuse_relu(), asks for forward_pooled
+  // with a kernel x kernel, stride-kernel max pooling of the rectified output; true if the op
+  // has it. forward_pooled writes the pooling's output (N, OH / k, OW / k, Cout) in y's layout
+  // and the window positions as Pool2dOp::positions_for wants them, not y itself.
+  virtual bool fuse_max_pool(int /*kernel*/) { return false; }
+  virtual void forward_pooled(int /*n*/, const float* /*x*/, const float* /*w*/, const float* /*b*/,
+                              float* /*pooled*/, int32_t* /*positions*/) {
+    DDPV_FAIL("this convolution has no fused max pooling (internal: fuse_max_pool said no)");
+  }
+  // Note [Pooled weight gradient]: backward of the last forward_pooled, from the pooling's
+  // output gradient dpooled (N, OH / k, OW / k, Cout) and the positions that forward recorded:
+  // what backward gives for the dy that the pooling's backward (ReLU's folded) would give.
+  virtual void backward_pooled(int /*n*/, const float* /*x*/, const float* /*w*/,
+                               const float* /*dpooled*/, const int32_t* /*positions*/,
+                               float* /*dx*/, float* /*dw*/, float* /*db*/, bool /*accumulate*/) {
+    DDPV_FAIL("this convolution has no fused max pooling (internal: fuse_max_pool said no)");
+  }
+};
+
+class FusableBatchNorm : public BatchNormOp {
+ public:
+  // Note [BatchNorm + ReLU]: asks both forwards to write max(0, y) and backward to take dy as
+  // the gradient of that rectified output (applying the ReLU's backward itself). True if it
+  // will. A channel whose batch statistics are not finite comes out as NaN, as unfused.
+  virtual bool fuse_relu() { return false; }
+  // Note [Batch statistics from the convolution]: 2 x channels doubles that the op writing x
+  // may fill in each of its forwards (Conv2dOp::write_batch_stats); null if this op cannot
+  // take its statistics from there. After take_given_stats(), forward_train normalises with
+  // the statistics computed from them instead of reading x for its own.
+  virtual double* given_stats() { return nullptr; }
+  virtual void take_given_stats() {}
+  virtual bool takes_given_stats() const { return false; }
+  // Note [BatchNorm + residual]: y = max(0, the normalisation of x + other), NaN kept as the
+  // add_relu op keeps it, in one pass: in training with the statistics given (and the running
+  // statistics updated as forward_train does), else with the running ones. fuse_add_relu() is
+  // true if the op has it; backward is then that of the normalisation alone.
+  virtual bool fuse_add_relu() { return false; }
+  virtual void forward_add_relu(int /*n*/, bool /*training*/, const float* /*x*/,
+                                const float* /*gamma*/, const float* /*beta*/,
+                                const float* /*other*/, float* /*y*/, float* /*running_mean*/,
+                                float* /*running_var*/) {
+    DDPV_FAIL("this BatchNorm adds no residual (internal: fuse_add_relu said no)");
+  }
+};
+
+class FusablePool : public Pool2dOp {
+ public:
+  // Note [ReLU folded into max pooling]: for a pooling whose input is a ReLU's output, asks
+  // backward to apply that ReLU's backward too (dx zero where the window's maximum is not
+  // positive), so the ReLU's own backward pass can be skipped. True if it will; forwards
+  // from then on record what it needs.
+  virtual bool fold_relu_backward() { return false; }
+  // Note [Max pooling fused into the convolution]: for a max pooling whose windows tile the
+  // input and that folds its ReLU, readies the record of window positions for a forward of n
+  // images (one int32 per output element, in the output's layout: the first largest of the
+  // window in row-major order, -1 where the maximum is not positive) and returns it; a fused
+  // producer writes it and the output, and backward then runs as after forward. Null where
+  // this pooling cannot be fused.
+  virtual int32_t* positions_for(int /*n*/) { return nullptr; }
+};
+
+std::unique_ptr<FusableConv> make_conv2d(const CpuContext& ctx,
+                                         const Conv2dConfig& cfg);  // conv.cpp
 // kernels/single_channel/conv2d.cpp: a convolution from one input channel on our own loops, where
 // it applies; `baseline`: the loops built for the baseline instruction set even where AVX2 + FMA
 // are there (the tests compare the two).
 bool single_channel_conv_applies(ConvAlgorithm algorithm, const Conv2dConfig& c);
-std::unique_ptr<Conv2dOp> make_single_channel_conv2d(const CpuContext& ctx, const Conv2dConfig& cfg,
-                                                     bool baseline = false);
-std::unique_ptr<BatchNormOp> make_batchnorm2d(const CpuContext& ctx,
-                                              const BatchNormConfig& cfg);  // batchnorm.cpp
-std::unique_ptr<Pool2dOp> make_pool2d(const CpuContext& ctx, const Pool2dConfig& cfg);  // pool.cpp
+std::unique_ptr<FusableConv> make_single_channel_conv2d(const CpuContext& ctx,
+                                                        const Conv2dConfig& cfg,
+                                                        bool baseline = false);
+std::unique_ptr<FusableBatchNorm> make_batchnorm2d(const CpuContext& ctx,
+                                                   const BatchNormConfig& cfg);  // batchnorm.cpp
+std::unique_ptr<FusablePool> make_pool2d(const CpuContext& ctx,
+                                         const Pool2dConfig& cfg);  // pool.cpp
+// fused_block.cpp: Note [Fused blocks] on the CPU; `backend` runs the elementwise passes.
+std::unique_ptr<FusedBlockOp> make_fused_block(const CpuContext& ctx, Backend& backend,
+                                               const FusedBlockConfig& cfg);
 std::unique_ptr<LinearOp> make_linear(const CpuContext& ctx,
                                       const LinearConfig& cfg);  // linear.cpp
 std::unique_ptr<SoftmaxCrossEntropyOp> make_softmax_cross_entropy(const CpuContext& ctx,

@@ -140,7 +140,7 @@ DDPV_TILED_POOL_LOOPS(baseline, )
 
 const bool kAvx2 = __builtin_cpu_supports("avx2");
 
-class CpuMaxPool2d final : public Pool2dOp {
+class CpuMaxPool2d final : public FusablePool {
  public:
   static constexpr int64_t kParallelMin = 1 << 16;  // elements below which one thread runs
 
@@ -328,7 +328,7 @@ class CpuMaxPool2d final : public Pool2dOp {
   std::vector<int32_t> arg_;  // the last forward's window positions (-1: no gradient)
 };
 
-class CpuPool2d final : public Pool2dOp {
+class CpuPool2d final : public FusablePool {
  public:
   CpuPool2d(const CpuContext& ctx, const Pool2dConfig& cfg) : ctx_(ctx), cfg_(cfg) {
     check_config(cfg);
@@ -421,7 +421,7 @@ class CpuPool2d final : public Pool2dOp {
 
 }  // namespace
 
-std::unique_ptr<Pool2dOp> make_pool2d(const CpuContext& ctx, const Pool2dConfig& cfg) {
+std::unique_ptr<FusablePool> make_pool2d(const CpuContext& ctx, const Pool2dConfig& cfg) {
   if (cfg.kind == PoolKind::kMax) return std::make_unique<CpuMaxPool2d>(ctx, cfg);
   return std::make_unique<CpuPool2d>(ctx, cfg);
 }

@@ -18,7 +18,7 @@ namespace {
 
 const bool kAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 
-class SingleChannelConv2d final : public Conv2dOp {
+class SingleChannelConv2d final : public FusableConv {
  public:
   SingleChannelConv2d(const CpuContext& ctx, const Conv2dConfig& cfg, bool baseline)
       : ctx_(ctx), cfg_(cfg), avx2_(kAvx2 && !baseline) {
@@ -265,8 +265,8 @@ bool single_channel_conv_applies(ConvAlgorithm algorithm, const Conv2dConfig& c)
   return algorithm != ConvAlgorithm::kDirect && c.in_channels == 1 && c.out_channels % 8 == 0;
 }
 
-std::unique_ptr<Conv2dOp> make_single_channel_conv2d(const CpuContext& ctx, const Conv2dConfig& cfg,
-                                                     bool baseline) {
+std::unique_ptr<FusableConv> make_single_channel_conv2d(const CpuContext& ctx,
+                                                        const Conv2dConfig& cfg, bool baseline) {
   return std::make_unique<SingleChannelConv2d>(ctx, cfg, baseline);
 }
 

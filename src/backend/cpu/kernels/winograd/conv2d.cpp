@@ -95,7 +95,7 @@ const WinogradKernels* kernels_for(int m, int r) {
   return k;
 }
 
-class WinogradConv2d final : public Conv2dOp {
+class WinogradConv2d final : public FusableConv {
  public:
   WinogradConv2d(const CpuContext& ctx, const Conv2dConfig& cfg, int tile)
       : ctx_(ctx),
@@ -408,8 +408,8 @@ class WinogradConv2d final : public Conv2dOp {
 
 }  // namespace
 
-std::unique_ptr<Conv2dOp> make_winograd_conv2d(const CpuContext& ctx, const Conv2dConfig& cfg,
-                                               int tile) {
+std::unique_ptr<FusableConv> make_winograd_conv2d(const CpuContext& ctx, const Conv2dConfig& cfg,
+                                                  int tile) {
   return std::make_unique<WinogradConv2d>(ctx, cfg, tile);
 }
 

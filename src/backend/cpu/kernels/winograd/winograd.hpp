@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/cpu/cpu_ops.hpp"
 #include "backend/cpu/dnnl_check.hpp"
 #include "ddpv/backend/backend.hpp"
 
@@ -130,7 +131,7 @@ WinogradGeometry winograd_geometry(const Conv2dConfig& cfg, int m);
 // multiples of 8, a change of layout, or kAuto judging Winograd not worth it.
 int winograd_tile(ConvAlgorithm algorithm, const Conv2dConfig& c);
 
-std::unique_ptr<Conv2dOp> make_winograd_conv2d(const CpuContext& ctx, const Conv2dConfig& cfg,
-                                               int tile);
+std::unique_ptr<FusableConv> make_winograd_conv2d(const CpuContext& ctx, const Conv2dConfig& cfg,
+                                                  int tile);
 
 }  // namespace ddpv::cpu
