@@ -249,9 +249,17 @@ TEST(ModelTest, FusedLayersComputeWhatSeparateLayersCompute) {
     };
     const Out a = run(*fused_be, *fused), b = run(*plain_be, *plain);
     // The fused BatchNorms take their statistics from sums in double (Note [Batch statistics
-    // from the convolution]), oneDNN from two passes in float: logits agree to 1e-5.
+    // from the convolution]), oneDNN from two passes in float: logits agree to 1e-5. A ReLU
+    // input that the two roundings put on either side of 0 masks one gradient element in one
+    // path and not in the other, which moves every gradient before it by about a hundredth of
+    // its largest (resnet20 on AVX2, one flip in layer2.1: 0.0093). Each block's own rounding
+    // is checked tightly in FusedBlockOp.ComputesWhatThePlainOpsComputeOneByOne; here a wiring
+    // error (a lost or doubled shortcut gradient, a stale scratch) moves gradients by their
+    // own size. lenet has no BatchNorm: its two paths agree to 1e-5.
     EXPECT_LE(test::error_of_largest(a.logits, b.logits), 1e-5) << "logits";
-    EXPECT_LE(test::error_of_largest(a.grads, b.grads), 1e-5) << "gradients";
+    EXPECT_LE(test::error_of_largest(a.grads, b.grads),
+              cs.model == std::string("lenet") ? 1e-5 : 5e-2)
+        << "gradients";
     EXPECT_LE(test::error_of_largest(a.buffers, b.buffers), 1e-6) << "buffers";
     EXPECT_LE(test::error_of_largest(a.eval, b.eval), 1e-5) << "eval logits";
   }
