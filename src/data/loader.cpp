@@ -130,7 +130,8 @@ struct Loader::State {
         // A step's positions: this rank's batch_size of its shard, or (balanced) the global
         // batch of which this rank takes its slice.
         const int64_t per_step = opt.balanced ? opt.batch_size * opt.world_size : opt.batch_size;
-        const int64_t steps = (total + per_step - 1) / per_step;
+        const int64_t steps =
+            opt.drop_last_batch ? total / per_step : (total + per_step - 1) / per_step;
         for (int64_t step = req.start_step; step < steps; ++step) {
           const int64_t seq = req.first_seq + (step - req.start_step);
           lock.lock();
@@ -314,7 +315,8 @@ int64_t Loader::samples_per_epoch() const {
 }
 
 int64_t Loader::steps_per_epoch() const {
-  return (samples_per_epoch() + state_->opt.batch_size - 1) / state_->opt.batch_size;
+  const int64_t b = state_->opt.batch_size;
+  return state_->opt.drop_last_batch ? samples_per_epoch() / b : (samples_per_epoch() + b - 1) / b;
 }
 
 bool Loader::cached() const { return state_->is_cached; }

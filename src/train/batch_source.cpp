@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "ddpv/core/error.hpp"
 #include "ddpv/core/log.hpp"
 #include "ddpv/core/rng.hpp"
 #include "ddpv/data/batch_split.hpp"
@@ -131,7 +132,27 @@ std::unique_ptr<BatchSource> make_train_source(const ImageStore& store, const Tr
   lo.augment = o.augment;
   lo.balanced = balanced(o, world);  // Note [Balanced batches]; evaluation stays unpadded
   lo.first_split = parse_batch_split(o.batch_split);
-  return std::make_unique<LoaderSource>(store, std::move(lo), store.split_size(o.train_split));
+  lo.drop_last_batch = o.drop_last;
+  const int64_t size = store.split_size(o.train_split);
+  DDPV_CHECK(!o.drop_last || size >= o.batch_size * world, "--drop-last: split ", o.train_split,
+             " of ", store.path(), " has ", size, " images, fewer than one global batch of ",
+             o.batch_size * world, " (", world, " ranks x --batch-size ", o.batch_size,
+             "): use a smaller --batch-size or leave --drop-last out");
+  return std::make_unique<LoaderSource>(store, std::move(lo), size);
+}
+
+std::string resolve_val_split(const ImageStore& store, const std::string& asked) {
+  if (asked.empty() || asked == "none") return "";
+  if (asked == "auto") {
+    for (const char* name : {"val", "test"})
+      if (store.has_split(name)) return name;
+    return "";
+  }
+  if (store.has_split(asked)) return asked;
+  std::string have;
+  for (const std::string& s : store.splits()) have += (have.empty() ? "" : ", ") + s;
+  DDPV_FAIL("--val-split ", asked, ": store ", store.path(), " has no such split (it has ", have,
+            "); name one of them, or use --val-split none");
 }
 
 std::unique_ptr<BatchSource> make_eval_source(const ImageStore& store, const std::string& split,

@@ -19,7 +19,7 @@ class BatchSource {
   virtual std::optional<Batch> next() = 0;  // nullopt at the end of the epoch
   // --balance: the split of the next batch to queue (Loader::push_split).
   virtual void push_split(std::vector<int64_t> sizes) = 0;
-  virtual int64_t steps_per_epoch() const = 0;  // this rank's batches per epoch
+  virtual int64_t steps_per_epoch() const = 0;    // this rank's batches per epoch
   virtual int64_t samples_per_epoch() const = 0;  // all ranks' samples (the split's size)
 };
 
@@ -38,6 +38,11 @@ SourceShape synthetic_shape(const std::string& model);
 // Training batches from the store: shuffled, augmented (unless --no-augment), padded shards.
 std::unique_ptr<BatchSource> make_train_source(const ImageStore& store, const TrainOptions& o,
                                                int rank, int world, Allocator* staging);
+// --val-split resolved against the store: "auto" gives val, else test, whichever the store
+// has ("" when it has neither: no evaluation); "" and "none" give ""; another name is
+// returned when the store has that split, and refused with a message naming the splits it
+// has otherwise.
+std::string resolve_val_split(const ImageStore& store, const std::string& asked);
 // Evaluation batches: every sample of the split exactly once across ranks, no augmentation.
 std::unique_ptr<BatchSource> make_eval_source(const ImageStore& store, const std::string& split,
                                               const TrainOptions& o, int rank, int world,

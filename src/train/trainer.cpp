@@ -71,21 +71,31 @@ void Trainer::Impl::open_data() {
   data.store = std::make_unique<ImageStore>(o.data);
   data.shape = {data.store->height(), data.store->width(), data.store->channels(),
                 data.store->num_classes()};
-  DDPV_CHECK(data.store->has_split(o.train_split), "--train-split ", o.train_split, ": store ",
-             o.data, " has no such split (see `ddpv-convert inspect ", o.data, "`)");
-  data.train_source = make_train_source(*data.store, o, world.rank(), world.size(), staging);
-  if (!o.val_split.empty() && o.val_split != "none") {
-    DDPV_CHECK(data.store->has_split(o.val_split), "--val-split ", o.val_split, ": store ", o.data,
-               " has no such split; name another or use --val-split none");
+  if (!o.eval_only) {  // --eval-only reads no training data
+    DDPV_CHECK(data.store->has_split(o.train_split), "--train-split ", o.train_split, ": store ",
+               o.data, " has no such split (see `ddpv-convert inspect ", o.data, "`)");
+    data.train_source = make_train_source(*data.store, o, world.rank(), world.size(), staging);
+  }
+  data.val_split = resolve_val_split(*data.store, o.val_split);
+  DDPV_CHECK(!o.eval_only || !data.val_split.empty(), "--eval-only: store ", o.data,
+             " has neither a val nor a test split; name the split to evaluate with --val-split");
+  if (data.val_split.empty() && o.val_split == "auto" && world.is_root()) {
+    DDPV_INFO("store ", o.data,
+              " has neither a val nor a test split: no evaluation (name a split "
+              "with --val-split)");
+  }
+  if (!data.val_split.empty()) {
     data.val_source =
-        make_eval_source(*data.store, o.val_split, o, world.rank(), world.size(), staging);
+        make_eval_source(*data.store, data.val_split, o, world.rank(), world.size(), staging);
   }
 }
 
 void Trainer::Impl::make_feeds() {
-  data.train_uploads = backend->upload_stream(2);
-  data.train_feed = std::make_unique<DeviceFeed>(*data.train_source, data.train_uploads.get(),
-                                                 backend->allocator());
+  if (data.train_source) {
+    data.train_uploads = backend->upload_stream(2);
+    data.train_feed = std::make_unique<DeviceFeed>(*data.train_source, data.train_uploads.get(),
+                                                   backend->allocator());
+  }
   if (data.val_source) {
     data.val_uploads = backend->upload_stream(2);
     data.val_feed = std::make_unique<DeviceFeed>(*data.val_source, data.val_uploads.get(),
@@ -104,8 +114,9 @@ void Trainer::Impl::build_model() {
   sgd.nesterov = o.nesterov;
   sgd.weight_decay = static_cast<float>(o.weight_decay);
 
-  pos.steps_per_epoch = data.train_source->steps_per_epoch() / o.accum_steps;
-  DDPV_CHECK(pos.steps_per_epoch >= 1, "an epoch of ", data.train_source->steps_per_epoch(),
+  const int64_t batches = data.train_source ? data.train_source->steps_per_epoch() : o.accum_steps;
+  pos.steps_per_epoch = batches / o.accum_steps;
+  DDPV_CHECK(pos.steps_per_epoch >= 1, "an epoch of ", batches,
              " batches per rank is shorter than --accum-steps ", o.accum_steps,
              ": use a smaller --batch-size or --accum-steps");
   int64_t total = pos.steps_per_epoch * o.epochs;
@@ -338,6 +349,7 @@ void Trainer::Impl::balance_step() {
 }
 
 TrainSummary Trainer::Impl::run() {
+  if (o.eval_only) return evaluate_only();
   StopSignalWatcher watcher;
   timing.run_start = Clock::now();
   pos.run_start_step = pos.step;

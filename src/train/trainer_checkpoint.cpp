@@ -139,6 +139,8 @@ void Trainer::Impl::resume_on_root() {
     std::string why;
     const std::vector<std::string> candidates = resume_candidates(o.checkpoint_dir, &why);
     if (candidates.empty()) {
+      DDPV_CHECK(!o.eval_only, "--eval-only --resume auto: no checkpoint in ", o.checkpoint_dir,
+                 why.empty() ? "" : " (" + why + ")", " to evaluate; pass --resume FILE");
       if (why.empty())
         DDPV_INFO("--resume auto: no checkpoint in ", o.checkpoint_dir, " yet, starting fresh");
       else
@@ -193,18 +195,20 @@ void Trainer::Impl::resume_on_root() {
   now.schedule_steps = schedule->total_steps();
   now.steps_per_epoch = pos.steps_per_epoch;
   const std::vector<std::string> changed = resume_differences(meta, now);
-  if (!changed.empty() && !o.resume_changed)
+  if (!changed.empty() && !o.resume_changed && !o.eval_only)
     throw OptionsDiffer("--resume " + path + ": the run would change: " + join(changed, ", ") +
                         "; pass the options of the checkpoint's run, or add --resume-changed to "
                         "continue with the new ones");
-  if (!changed.empty())
+  if (!changed.empty() && !o.eval_only)
     DDPV_WARN("--resume-changed: continuing ", path, " with ", join(changed, ", "));
 
   pos.epoch = meta.epoch;
   pos.epoch_step = meta.epoch_step;
   pos.step = meta.step;
   const std::string before = batch_text(meta.world_size, meta.batch_size, meta.accum_steps);
-  if (meta.global_batch == global_batch() && meta.world_size != world.size()) {
+  if (o.eval_only) {
+    // evaluation only: the position and batch are the checkpoint's to report, nothing more
+  } else if (meta.global_batch == global_batch() && meta.world_size != world.size()) {
     DDPV_INFO("resuming a run of ", before, " on ",
               batch_text(world.size(), o.batch_size, o.accum_steps), ": the same global batch of ",
               global_batch(), ", so it continues at the same sample");

@@ -51,6 +51,7 @@ struct DataPath {
   std::unique_ptr<ImageStore> store;  // null with --synthetic
   SourceShape shape;
   std::unique_ptr<BatchSource> train_source, val_source;
+  std::string val_split;  // the split evaluated (--val-split resolved); "" for none
   // Batches on the device (Note [Two slots]); the upload streams are null on CPU.
   std::unique_ptr<UploadStream> train_uploads, val_uploads;
   std::unique_ptr<DeviceFeed> train_feed, val_feed;
@@ -93,7 +94,10 @@ struct Trainer::Impl {
   void resume_on_root();
   CheckpointMeta run_meta() const;  // what a checkpoint of this run records
   // evaluation, reporting (trainer_state.cpp)
-  void evaluate(double* loss, double* acc);
+  // The loss, top-1 and top-5 accuracy over the whole evaluation split (top-5: the label among
+  // the five largest logits; 1 when there are at most five classes).
+  void evaluate(double* loss, double* acc, double* top5 = nullptr);
+  TrainSummary evaluate_only();  // --eval-only
   void log_step(double lr, double step_loss, double step_acc);
   void log_epoch(double val_loss, double val_acc, const RankReport& ranks);
   TrainSummary finish();

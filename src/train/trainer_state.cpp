@@ -11,6 +11,26 @@
 namespace ddpv {
 namespace {
 
+// Note [Top-5]: a sample is a top-5 hit when fewer than five logits exceed its label's (a tie
+// goes the label's way), counted on the host from a copy of the logits: evaluation is not the
+// training step, and the copy (n x classes floats) is small beside the forward that made it.
+int64_t count_top5(Backend& be, const Tensor& logits, const Tensor& labels, int n, int64_t classes,
+                   std::vector<float>& lg, std::vector<int32_t>& lb) {
+  lg.resize(static_cast<size_t>(n * classes));
+  lb.resize(static_cast<size_t>(n));
+  be.copy(lg.data(), Device::kCpu, logits.raw(), logits.device(), lg.size() * sizeof(float));
+  be.copy(lb.data(), Device::kCpu, labels.raw(), labels.device(), lb.size() * sizeof(int32_t));
+  int64_t hits = 0;
+  for (int i = 0; i < n; ++i) {
+    const float* row = lg.data() + static_cast<size_t>(i) * classes;
+    const float mine = row[lb[static_cast<size_t>(i)]];
+    int64_t above = 0;
+    for (int64_t c = 0; c < classes; ++c) above += row[c] > mine ? 1 : 0;
+    hits += above < 5 ? 1 : 0;
+  }
+  return hits;
+}
+
 // The figures by rank, into a metrics record (epoch or summary).
 void add_rank_report(JsonRecord& record, const RankReport& ranks) {
   if (ranks.by_rank.empty()) return;
@@ -38,21 +58,28 @@ void add_rank_report(JsonRecord& record, const RankReport& ranks) {
 
 // Every validation sample counted exactly once: each rank evaluates its unpadded shard (ranks
 // may differ by one sample, and no collective runs inside the loop), then one allreduce.
-void Trainer::Impl::evaluate(double* loss, double* acc) {
+void Trainer::Impl::evaluate(double* loss, double* acc, double* top5) {
   world.stall_watch()->set_phase(Phase::kEvaluation);
   average_buffers(*model, *comm);  // BatchNorm running statistics agree before evaluation
-  double sums[3] = {0, 0, 0};      // loss sum, correct, samples
+  double sums[4] = {0, 0, 0, 0};   // loss sum, correct, samples, top-5 correct
+  const int64_t classes = data.shape.num_classes;
+  std::vector<float> host_logits;
+  std::vector<int32_t> host_labels;
   data.val_feed->start_epoch(0, 0);
   while (std::optional<DeviceFeed::Ready> batch = data.val_feed->next()) {
     const int n = static_cast<int>(batch->images.shape()[0]);
     const Tensor& logits = model->forward(batch->images, /*training=*/false);
     const LossResult r = loss_op->forward(n, logits.data<float>(), batch->labels.data<int32_t>());
+    if (top5 != nullptr)
+      sums[3] += static_cast<double>(
+          count_top5(*backend, logits, batch->labels, n, classes, host_logits, host_labels));
     data.val_feed->done();
     sums[0] += r.loss_sum;
     sums[1] += static_cast<double>(r.correct);
     sums[2] += n;
   }
-  world.allreduce_sum(sums, 3);
+  world.allreduce_sum(sums, 4);
+  if (top5 != nullptr) *top5 = sums[3] / std::max(sums[2], 1.0);
   DDPV_CHECK(static_cast<int64_t>(sums[2]) == data.val_source->samples_per_epoch(),
              "evaluation counted ", sums[2], " samples, the split has ",
              data.val_source->samples_per_epoch());
@@ -175,6 +202,30 @@ RankReport Trainer::Impl::pool_rank_times(const RankTimes& mark, int64_t steps) 
     report.rank_speed = balancer->rates();
   }
   return report;
+}
+
+TrainSummary Trainer::Impl::evaluate_only() {
+  const auto t0 = Clock::now();
+  TrainSummary s;
+  evaluate(&s.val_loss, &s.val_acc, &s.val_top5);
+  s.steps = pos.step;
+  s.epochs = pos.epoch;
+  s.val_split = data.val_split;
+  s.val_images = data.val_source->samples_per_epoch();
+  s.elapsed_s = seconds_since(t0);
+  s.world_size = world.size();
+  s.global_batch = global_batch();
+  if (world.is_root() && metrics.enabled()) {
+    metrics.write(JsonRecord()
+                      .add("event", "eval")
+                      .add("split", data.val_split)
+                      .add("step", pos.step)
+                      .add("images", s.val_images)
+                      .add("val_loss", s.val_loss)
+                      .add("val_acc", s.val_acc)
+                      .add("val_top5", s.val_top5));
+  }
+  return s;
 }
 
 TrainSummary Trainer::Impl::finish() {

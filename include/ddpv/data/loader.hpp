@@ -21,6 +21,9 @@ struct LoaderOptions {
   int world_size = 1;
   bool shuffle = true;
   bool drop_last = false;  // of the sampler (PyTorch's DistributedSampler drop_last)
+  // Each epoch's last step is dropped when it is short (PyTorch's DataLoader drop_last), so
+  // every step trains on the full global batch; not with `unpadded`.
+  bool drop_last_batch = false;
   // Evaluation: every sample exactly once across ranks, no padding (shard_unpadded()); ranks may
   // then differ by one sample and the last batches may differ in size.
   bool unpadded = false;
@@ -48,7 +51,7 @@ struct Batch {
   Tensor labels;  // (B) int32
   int64_t size = 0;
   int64_t epoch = 0;
-  int64_t step = 0;  // index of this batch within its epoch
+  int64_t step = 0;    // index of this batch within its epoch
   int64_t global = 0;  // all ranks' samples in this step (Note [Balanced batches])
   std::shared_ptr<void> lease;
 };
