@@ -61,10 +61,10 @@ void print_rank_times(const ddpv::RankReport& s) {
                 speeds.empty() ? "" : "; speeds (images per busy second) ", speeds.c_str());
   }
   if (s.straggler) {  // without --balance or --batch-split, say what would help
-    std::fprintf(
-        stderr, "%s: warning: %s: a slower, throttled or shared node?%s\n", kProgram,
-        ddpv::straggler_text(s).c_str(),
-        s.batch_split.empty() ? " (--balance would give it a smaller share of each batch)" : "");
+    std::fprintf(stderr, "%s: warning: %s: a slower, throttled or shared node?%s\n", kProgram,
+                 ddpv::straggler_text(s).c_str(),
+                 s.batch_split.empty() ? " (--balance would give it a smaller share of each batch)"
+                                       : "");
   }
 }
 
@@ -95,24 +95,22 @@ int main(int argc, char** argv) {
     const ddpv::TrainSummary s = trainer.run();
     if (o.eval_only) {
       if (world.is_root()) {
-        std::printf(
-            "eval %s: %lld images, loss %.4f, top-1 %.4f, top-5 %.4f (checkpoint at epoch "
-            "%lld, step %lld) in %s\n",
-            s.val_split.c_str(), static_cast<long long>(s.val_images), s.val_loss, s.val_acc,
-            s.val_top5, static_cast<long long>(s.epochs), static_cast<long long>(s.steps),
-            ddpv::format_duration(s.elapsed_s).c_str());
+        std::printf("eval %s: %lld images, loss %.4f, top-1 %.4f, top-5 %.4f (checkpoint at epoch "
+                    "%lld, step %lld) in %s\n",
+                    s.val_split.c_str(), static_cast<long long>(s.val_images), s.val_loss,
+                    s.val_acc, s.val_top5, static_cast<long long>(s.epochs),
+                    static_cast<long long>(s.steps), ddpv::format_duration(s.elapsed_s).c_str());
         if (!o.metrics.empty()) std::printf("metrics: %s\n", o.metrics.c_str());
       }
       return 0;
     }
     if (world.is_root()) {
-      std::printf(
-          "done: %lld epochs, %lld steps in %s; val_acc %.4f val_loss %.4f; %.0f img/s "
-          "(%d rank%s x batch %lld); comm wait %.2f s, data wait %.2f s\n",
-          static_cast<long long>(s.epochs), static_cast<long long>(s.steps),
-          ddpv::format_duration(s.elapsed_s).c_str(), s.val_acc, s.val_loss, s.images_per_s,
-          s.world_size, s.world_size == 1 ? "" : "s", static_cast<long long>(o.batch_size),
-          s.comm_wait_s, s.data_wait_s);
+      std::printf("done: %lld epochs, %lld steps in %s; val_acc %.4f val_loss %.4f; %.0f img/s "
+                  "(%d rank%s x batch %lld); comm wait %.2f s, data wait %.2f s\n",
+                  static_cast<long long>(s.epochs), static_cast<long long>(s.steps),
+                  ddpv::format_duration(s.elapsed_s).c_str(), s.val_acc, s.val_loss,
+                  s.images_per_s, s.world_size, s.world_size == 1 ? "" : "s", static_cast<long long>(o.batch_size),
+                  s.comm_wait_s, s.data_wait_s);
       if (s.ranks.by_rank.size() > 1) print_rank_times(s.ranks);
       if (!s.last_checkpoint.empty()) std::printf("checkpoint: %s\n", s.last_checkpoint.c_str());
       if (!o.metrics.empty()) std::printf("metrics: %s\n", o.metrics.c_str());

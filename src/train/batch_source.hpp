@@ -19,7 +19,7 @@ class BatchSource {
   virtual std::optional<Batch> next() = 0;  // nullopt at the end of the epoch
   // --balance: the split of the next batch to queue (Loader::push_split).
   virtual void push_split(std::vector<int64_t> sizes) = 0;
-  virtual int64_t steps_per_epoch() const = 0;    // this rank's batches per epoch
+  virtual int64_t steps_per_epoch() const = 0;  // this rank's batches per epoch
   virtual int64_t samples_per_epoch() const = 0;  // all ranks' samples (the split's size)
 };
 

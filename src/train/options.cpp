@@ -53,8 +53,7 @@ void validate_options(const TrainOptions& o, bool cuda_device) {
   require(o.precision == Precision::kF32 || cuda_device,
           std::string("--precision ") + choice_name(o.precision) +
               " runs on CUDA devices only; use --precision fp32 on CPU");
-  require(o.precision != Precision::kF16,
-          "--precision fp16 is not implemented: use bf16 (or fp32)");
+  require(o.precision != Precision::kF16, "--precision fp16 is not implemented: use bf16 (or fp32)");
   // Note [Tuning options]: each switch tunes one backend; on the other it would do nothing.
   require(!cuda_device || (o.cpu_layout == CpuLayout::kBlocked &&
                            o.cpu_conv == ConvAlgorithm::kAuto && !o.no_fuse),
@@ -113,8 +112,7 @@ void validate_options(const TrainOptions& o, bool cuda_device) {
           "--eval-only needs --resume FILE (or --resume auto with --checkpoint-dir): the "
           "checkpoint to evaluate");
   require(!o.eval_only || !o.synthetic,
-          "--eval-only needs --data: synthetic data has no split "
-          "to evaluate");
+          "--eval-only needs --data: synthetic data has no split to evaluate");
   require(o.log_every >= 1, "--log-every must be at least 1");
   require(o.cache_mb >= 0, "--cache-mb must be >= 0");
   require(o.synthetic_size >= 1, "--synthetic-size must be at least 1");
@@ -184,10 +182,11 @@ std::string options_to_config(const TrainOptions& o) {
   std::ostringstream s;
   auto b = [](bool v) { return v ? "true" : "false"; };
   s << "data = " << o.data << "\ntrain-split = " << o.train_split << "\nval-split = " << o.val_split
-    << "\ndrop-last = " << b(o.drop_last) << "\nsynthetic = " << b(o.synthetic)
-    << "\nsynthetic-size = " << o.synthetic_size << "\nno-augment = " << b(!o.augment)
-    << "\ncache-mb = " << o.cache_mb << "\nmodel = " << o.model
-    << "\ndevice = " << choice_name(o.device) << "\nprecision = " << choice_name(o.precision)
+    << "\ndrop-last = " << b(o.drop_last)
+    << "\nsynthetic = " << b(o.synthetic) << "\nsynthetic-size = " << o.synthetic_size
+    << "\nno-augment = " << b(!o.augment) << "\ncache-mb = " << o.cache_mb
+    << "\nmodel = " << o.model << "\ndevice = " << choice_name(o.device)
+    << "\nprecision = " << choice_name(o.precision)
     << "\nreduce-dtype = " << choice_name(o.reduce_dtype) << "\nthreads = " << o.threads
     << "\ncpu-layout = " << choice_name(o.cpu_layout) << "\ncpu-conv = " << choice_name(o.cpu_conv)
     << "\nno-fuse = " << b(o.no_fuse) << "\ncuda-bn = " << choice_name(o.cuda_bn)

@@ -80,8 +80,7 @@ void Trainer::Impl::open_data() {
   DDPV_CHECK(!o.eval_only || !data.val_split.empty(), "--eval-only: store ", o.data,
              " has neither a val nor a test split; name the split to evaluate with --val-split");
   if (data.val_split.empty() && o.val_split == "auto" && world.is_root()) {
-    DDPV_INFO("store ", o.data,
-              " has neither a val nor a test split: no evaluation (name a split "
+    DDPV_INFO("store ", o.data, " has neither a val nor a test split: no evaluation (name a split "
               "with --val-split)");
   }
   if (!data.val_split.empty()) {

@@ -51,7 +51,7 @@ struct Batch {
   Tensor labels;  // (B) int32
   int64_t size = 0;
   int64_t epoch = 0;
-  int64_t step = 0;    // index of this batch within its epoch
+  int64_t step = 0;  // index of this batch within its epoch
   int64_t global = 0;  // all ranks' samples in this step (Note [Balanced batches])
   std::shared_ptr<void> lease;
 };

@@ -25,23 +25,23 @@ std::span<const ChoiceWord<CpuLayout>> choices(CpuLayout);  // blocked | nhwc
 
 struct TrainOptions {
   // data
-  std::string data;  // HDF5 image store; empty with synthetic
+  std::string data;                 // HDF5 image store; empty with synthetic
   std::string train_split = "train";
   // "auto": val, else test, whichever the store has (neither: no evaluation); "" or "none":
   // no evaluation; any other name must be a split of the store
   std::string val_split = "auto";
-  bool drop_last = false;          // drop each epoch's short last step (DataLoader's drop_last)
-  bool synthetic = false;          // random images and labels of the model's input shape
-  int64_t synthetic_size = 50000;  // samples per synthetic epoch
+  bool drop_last = false;           // drop each epoch's short last step (DataLoader's drop_last)
+  bool synthetic = false;           // random images and labels of the model's input shape
+  int64_t synthetic_size = 50000;   // samples per synthetic epoch
   bool augment = true;
   double cache_mb = 2048;
   // model and device
   std::string model = "lenet";
   // The options that are choices are enums (Note [Choices]); each table gives their words.
   DeviceChoice device = DeviceChoice::kAuto;
-  Precision precision = Precision::kF32;         // bf16: CUDA only; fp16: refused
+  Precision precision = Precision::kF32;       // bf16: CUDA only; fp16: refused
   ReduceDtype reduce_dtype = ReduceDtype::kF32;  // Note [bf16 reduction] in grad_reducer.hpp
-  int threads = 0;  // CPU threads per rank (0: auto, see auto_threads())
+  int threads = 0;                  // CPU threads per rank (0: auto, see auto_threads())
   // backend tuning, for comparisons and diagnosis (Note [Tuning options] in backend.hpp)
   CpuLayout cpu_layout = CpuLayout::kBlocked;
   ConvAlgorithm cpu_conv = ConvAlgorithm::kAuto;
@@ -49,10 +49,10 @@ struct TrainOptions {
   BatchNormPath cuda_bn = BatchNormPath::kEx;
   // schedule
   int64_t epochs = 1;
-  int64_t max_steps = 0;  // 0: no limit; else stop after this many steps in total
-  int64_t run_steps = 0;  // 0: no limit; else checkpoint and stop after this many steps of this run
-  int64_t batch_size = 64;  // per rank
-  double lr = 0.1;          // for the global batch
+  int64_t max_steps = 0;            // 0: no limit; else stop after this many steps in total
+  int64_t run_steps = 0;            // 0: no limit; else checkpoint and stop after this many steps of this run
+  int64_t batch_size = 64;          // per rank
+  double lr = 0.1;                  // for the global batch
   double momentum = 0.9;
   bool nesterov = false;
   double weight_decay = 5e-4;
@@ -64,25 +64,25 @@ struct TrainOptions {
   // distribution
   double bucket_mb = 25;
   bool no_overlap = false;
-  bool no_shared_update = false;  // CPU: Note [Shared update]
-  bool balance = false;           // CPU: Note [Balanced batches]
-  std::string batch_split;        // CPU: "88/40", each rank's batch (Note [Balanced batches])
+  bool no_shared_update = false;    // CPU: Note [Shared update]
+  bool balance = false;             // CPU: Note [Balanced batches]
+  std::string batch_split;          // CPU: "88/40", each rank's batch (Note [Balanced batches])
   MpiProgress mpi_progress = MpiProgress::kNonBlocking;  // Note [Communication thread]
-  double comm_timeout = 300;  // seconds; 0: no watchdog (Note [Stall watchdog])
+  double comm_timeout = 300;        // seconds; 0: no watchdog (Note [Stall watchdog])
   // testing: "0.03/0.01", seconds of work each rank's timers count per image on top of what
   // they measure (Note [Injected busy time]); not stored in checkpoints
   std::string test_busy_per_image;
   // output and checkpoints
   std::string checkpoint_dir;
-  int64_t checkpoint_every = 1;  // epochs; 0: only at the end
-  int keep_checkpoints = 3;      // 0 keeps all
-  std::string resume;            // "", "auto" or a file
-  bool eval_only = false;        // evaluate the --resume checkpoint on the val split and stop
-  bool resume_changed = false;   // resume although batch or schedule differ (Note [Resume checks])
-  std::string metrics;           // JSON-lines file
-  int64_t log_every = 50;        // steps between step records and progress updates
-  bool progress = true;          // a progress bar when stdout is a terminal
-  bool profile_layers = false;   // time each layer (Note [Layer profile]); rank 0 prints it
+  int64_t checkpoint_every = 1;     // epochs; 0: only at the end
+  int keep_checkpoints = 3;         // 0 keeps all
+  std::string resume;               // "", "auto" or a file
+  bool eval_only = false;           // evaluate the --resume checkpoint on the val split and stop
+  bool resume_changed = false;      // resume although batch or schedule differ (Note [Resume checks])
+  std::string metrics;              // JSON-lines file
+  int64_t log_every = 50;           // steps between step records and progress updates
+  bool progress = true;             // a progress bar when stdout is a terminal
+  bool profile_layers = false;      // time each layer (Note [Layer profile]); rank 0 prints it
 };
 
 // A mistake in the options: ddpv-train prints it and exits 2 before any training.

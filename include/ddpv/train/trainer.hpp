@@ -60,18 +60,18 @@ struct RankReport {
 std::string straggler_text(const RankReport& ranks);
 
 struct TrainSummary {
-  int64_t steps = 0;        // optimizer steps since the start of training (resumes included)
-  int64_t epochs = 0;       // epochs completed
-  double images_per_s = 0;  // global training throughput of this run
-  double train_loss = 0;    // mean over the last epoch (or the part of it this run saw)
+  int64_t steps = 0;          // optimizer steps since the start of training (resumes included)
+  int64_t epochs = 0;         // epochs completed
+  double images_per_s = 0;    // global training throughput of this run
+  double train_loss = 0;      // mean over the last epoch (or the part of it this run saw)
   double train_acc = 0;
   double val_loss = 0, val_acc = 0;  // of the last evaluation (NaN when none)
   double val_top5 = 0;               // --eval-only: the top-5 accuracy
   std::string val_split;             // the split evaluated ("" when none)
   int64_t val_images = 0;            // --eval-only: the images evaluated
-  double elapsed_s = 0;              // wall time of this run
-  double comm_wait_s = 0;            // waiting for gradient allreduces (rank 0)
-  double data_wait_s = 0;            // waiting for the loader (rank 0)
+  double elapsed_s = 0;       // wall time of this run
+  double comm_wait_s = 0;     // waiting for gradient allreduces (rank 0)
+  double data_wait_s = 0;     // waiting for the loader (rank 0)
   int world_size = 1;
   int64_t global_batch = 0;
   bool stopped_by_signal = false;
