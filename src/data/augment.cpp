@@ -2,6 +2,7 @@
 #include "ddpv/data/augment.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "ddpv/core/error.hpp"
 #include "ddpv/core/rng.hpp"
@@ -75,6 +76,58 @@ void augment_normalize(const uint8_t* src, int height, int width, int pad, const
       }
     }
   }
+}
+
+namespace {
+constexpr uint64_t kResizedCropStream = 0x7272632d63726f70ull;  // "rrc-crop"
+// A uniform double in [0, 1) from 53 random bits (float's 24 would quantise small areas).
+double uniform01(Rng& rng) { return static_cast<double>(rng.next_u64() >> 11) * 0x1p-53; }
+}  // namespace
+
+CropRegion draw_resized_crop(const ResizedCropOptions& o, int height, int width, uint64_t seed,
+                             int64_t epoch, int64_t sample_index) {
+  DDPV_CHECK(height > 0 && width > 0, "resized crop of an empty image");
+  Rng rng(derive_key(seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(sample_index),
+                     kResizedCropStream));
+  CropRegion r;
+  const double area = static_cast<double>(height) * width;
+  const double log_lo = std::log(o.ratio_lo), log_hi = std::log(o.ratio_hi);
+  bool found = false;
+  for (int attempt = 0; attempt < 10 && !found; ++attempt) {
+    const double target = area * (o.scale_lo + (o.scale_hi - o.scale_lo) * uniform01(rng));
+    const double ratio = std::exp(log_lo + (log_hi - log_lo) * uniform01(rng));
+    const int w = static_cast<int>(std::lround(std::sqrt(target * ratio)));
+    const int h = static_cast<int>(std::lround(std::sqrt(target / ratio)));
+    if (w > 0 && w <= width && h > 0 && h <= height) {
+      r.y = rng.uniform_int(static_cast<uint32_t>(height - h + 1));
+      r.x = rng.uniform_int(static_cast<uint32_t>(width - w + 1));
+      r.h = h, r.w = w;
+      found = true;
+    }
+  }
+  if (!found) {
+    const double in_ratio = static_cast<double>(width) / height;
+    int w = width, h = height;
+    if (in_ratio < o.ratio_lo)
+      h = std::clamp(static_cast<int>(std::lround(w / o.ratio_lo)), 1, height);
+    else if (in_ratio > o.ratio_hi)
+      w = std::clamp(static_cast<int>(std::lround(h * o.ratio_hi)), 1, width);
+    r.y = (height - h) / 2, r.x = (width - w) / 2, r.h = h, r.w = w;
+  }
+  r.flip = o.flip && (rng.next_u64() >> 63) != 0;
+  return r;
+}
+
+CropRegion center_crop_region(const ResizedCropOptions& o, int height, int width, int crop_h,
+                              int crop_w) {
+  DDPV_CHECK(height > 0 && width > 0 && crop_h > 0 && crop_w > 0, "centre crop of an empty image");
+  const double resize_to = std::round(std::min(crop_h, crop_w) / o.eval_fraction);
+  const double s = resize_to / std::min(height, width);  // the shorter side becomes resize_to
+  CropRegion r;
+  r.h = std::min<double>(height, crop_h / s);
+  r.w = std::min<double>(width, crop_w / s);
+  r.y = (height - r.h) / 2, r.x = (width - r.w) / 2;
+  return r;
 }
 
 }  // namespace ddpv

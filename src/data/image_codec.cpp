@@ -1,6 +1,8 @@
 // JPEG (libjpeg-turbo) and PNG (libpng simplified API) decoding and encoding.
 #include "data/image_codec.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
@@ -33,10 +35,54 @@ void jpeg_on_message(j_common_ptr cinfo, int level) {
   if (level < 0) jpeg_on_error(cinfo);  // a warning means damaged data: treat it as an error
 }
 
+// Adobe CMYK / YCCK JPEGs (libjpeg converts neither to RGB) are decoded as CMYK and converted
+// here. Adobe writes the inks inverted (255 = no ink), which is what nearly every CMYK JPEG is,
+// so R = C * K / 255 and so on, as PIL does.
+void cmyk_row_to(const uint8_t* cmyk, int width, int channels, uint8_t* out) {
+  for (int x = 0; x < width; ++x) {
+    const int c = cmyk[4 * x], m = cmyk[4 * x + 1], y = cmyk[4 * x + 2], k = cmyk[4 * x + 3];
+    const int r = (c * k + 127) / 255, g = (m * k + 127) / 255, b = (y * k + 127) / 255;
+    if (channels == 3) {
+      out[3 * x] = static_cast<uint8_t>(r);
+      out[3 * x + 1] = static_cast<uint8_t>(g);
+      out[3 * x + 2] = static_cast<uint8_t>(b);
+    } else {  // ITU-R BT.601 luma, as libjpeg's RGB -> gray
+      out[x] = static_cast<uint8_t>((299 * r + 587 * g + 114 * b + 500) / 1000);
+    }
+  }
+}
+
+bool is_cmyk(const jpeg_decompress_struct& cinfo) {
+  return cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
+}
+
+// The part of a JPEG decode shared by the whole-image and the region decoders: rows
+// [first_row, end_row) of the output (after any jpeg_crop_scanline) into out, converting CMYK.
+// Called with the decompressor started; the longjmp target is the caller's.
+void read_rows(jpeg_decompress_struct& cinfo, int channels, int first_row, int end_row, Image* out,
+               std::vector<uint8_t>& cmyk) {
+  const int width = static_cast<int>(cinfo.output_width);
+  out->height = end_row - first_row;
+  out->width = width;
+  out->channels = channels;
+  out->pixels.resize(static_cast<size_t>(out->height) * width * channels);
+  if (first_row > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(first_row));
+  if (is_cmyk(cinfo)) cmyk.resize(static_cast<size_t>(width) * 4);
+  while (static_cast<int>(cinfo.output_scanline) < end_row) {
+    uint8_t* dst =
+        out->pixels.data() +
+        static_cast<size_t>(static_cast<int>(cinfo.output_scanline) - first_row) * width * channels;
+    JSAMPROW row = is_cmyk(cinfo) ? cmyk.data() : dst;
+    jpeg_read_scanlines(&cinfo, &row, 1);
+    if (is_cmyk(cinfo)) cmyk_row_to(cmyk.data(), width, channels, dst);
+  }
+}
+
 bool decode_jpeg(const uint8_t* data, size_t size, int channels, int64_t max_pixels, Image* out,
                  std::string* error) {
   jpeg_decompress_struct cinfo;
   JpegError err;
+  std::vector<uint8_t> cmyk;
   cinfo.err = jpeg_std_error(&err.mgr);
   err.mgr.error_exit = jpeg_on_error;
   err.mgr.emit_message = jpeg_on_message;
@@ -57,17 +103,9 @@ bool decode_jpeg(const uint8_t* data, size_t size, int channels, int64_t max_pix
     jpeg_destroy_decompress(&cinfo);
     return false;
   }
-  cinfo.out_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  cinfo.out_color_space = is_cmyk(cinfo) ? JCS_CMYK : channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
   jpeg_start_decompress(&cinfo);
-  out->height = static_cast<int>(cinfo.output_height);
-  out->width = static_cast<int>(cinfo.output_width);
-  out->channels = channels;
-  out->pixels.resize(static_cast<size_t>(out->height) * out->width * channels);
-  while (cinfo.output_scanline < cinfo.output_height) {
-    JSAMPROW row =
-        out->pixels.data() + static_cast<size_t>(cinfo.output_scanline) * out->width * channels;
-    jpeg_read_scanlines(&cinfo, &row, 1);
-  }
+  read_rows(cinfo, channels, 0, static_cast<int>(cinfo.output_height), out, cmyk);
   jpeg_finish_decompress(&cinfo);
   jpeg_destroy_decompress(&cinfo);
   return true;
@@ -110,6 +148,110 @@ void jpeg_throw(j_common_ptr cinfo) {
 }
 
 }  // namespace
+
+bool is_jpeg(const uint8_t* data, size_t size) {
+  return size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF;
+}
+
+bool read_jpeg_header(const uint8_t* data, size_t size, JpegHeader* out, std::string* error) {
+  jpeg_decompress_struct cinfo;
+  JpegError err;
+  cinfo.err = jpeg_std_error(&err.mgr);
+  err.mgr.error_exit = jpeg_on_error;
+  err.mgr.emit_message = jpeg_on_message;
+  err.message[0] = '\0';
+  if (setjmp(err.jump)) {
+    jpeg_destroy_decompress(&cinfo);
+    *error = std::string("corrupt JPEG: ") + err.message;
+    return false;
+  }
+  jpeg_create_decompress(&cinfo);
+  jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
+  jpeg_read_header(&cinfo, TRUE);
+  out->height = static_cast<int>(cinfo.image_height);
+  out->width = static_cast<int>(cinfo.image_width);
+  out->components = cinfo.num_components;
+  out->cmyk = is_cmyk(cinfo);
+  jpeg_destroy_decompress(&cinfo);
+  return true;
+}
+
+bool decode_jpeg_region(const uint8_t* data, size_t size, int channels, const Region& region,
+                        int min_h, int min_w, int margin, Image* out, Region* scaled,
+                        std::string* error) {
+  jpeg_decompress_struct cinfo;
+  JpegError err;
+  std::vector<uint8_t> cmyk;
+  cinfo.err = jpeg_std_error(&err.mgr);
+  err.mgr.error_exit = jpeg_on_error;
+  err.mgr.emit_message = jpeg_on_message;
+  err.message[0] = '\0';
+  if (setjmp(err.jump)) {
+    jpeg_destroy_decompress(&cinfo);
+    *error = std::string("corrupt JPEG: ") + err.message;
+    return false;
+  }
+  jpeg_create_decompress(&cinfo);
+  jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
+  jpeg_read_header(&cinfo, TRUE);
+  const double ih = cinfo.image_height, iw = cinfo.image_width;
+  if (!(region.h > 0 && region.w > 0 && region.y >= 0 && region.x >= 0 &&
+        region.y + region.h <= ih + 1e-6 && region.x + region.w <= iw + 1e-6)) {
+    jpeg_destroy_decompress(&cinfo);
+    *error = "crop region outside the " + std::to_string(cinfo.image_width) + "x" +
+             std::to_string(cinfo.image_height) + " image";
+    return false;
+  }
+  // Only the scales 1/8, 2/8, 4/8 and 8/8: libjpeg-turbo has SIMD inverse DCTs for those alone,
+  // and its plain-C 6x6 (with 12x12 for 4:2:0 chroma) cost more than the larger resize saved.
+  int num = 8;
+  while (num > 1 && region.h * (num / 2) / 8 >= min_h && region.w * (num / 2) / 8 >= min_w)
+    num /= 2;
+  cinfo.scale_num = static_cast<unsigned>(num);
+  cinfo.scale_denom = 8;
+  cinfo.out_color_space = is_cmyk(cinfo) ? JCS_CMYK : channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  jpeg_start_decompress(&cinfo);
+  // The scaled size is ceil(side * num / 8): map the region by the sizes' ratio.
+  const double sy = cinfo.output_height / ih, sx = cinfo.output_width / iw;
+  const int oh = static_cast<int>(cinfo.output_height), ow = static_cast<int>(cinfo.output_width);
+  const Region r{region.y * sy, region.x * sx, region.h * sy, region.w * sx};
+  const int y0 = std::max(0, static_cast<int>(std::floor(r.y)) - margin);
+  const int y1 = std::min(oh, static_cast<int>(std::ceil(r.y + r.h)) + margin);
+  const int x0 = std::max(0, static_cast<int>(std::floor(r.x)) - margin);
+  const int x1 = std::min(ow, static_cast<int>(std::ceil(r.x + r.w)) + margin);
+  JDIMENSION xoff = static_cast<JDIMENSION>(x0), cw = static_cast<JDIMENSION>(x1 - x0);
+  if (x0 > 0 || x1 < ow) jpeg_crop_scanline(&cinfo, &xoff, &cw);  // widens to the iMCU grid
+  read_rows(cinfo, channels, y0, y1, out, cmyk);
+  jpeg_abort_decompress(&cinfo);  // the rows below the region are not needed
+  jpeg_destroy_decompress(&cinfo);
+  *scaled = Region{r.y - y0, r.x - static_cast<double>(xoff), r.h, r.w};
+  return true;
+}
+
+bool crop_resize_jpeg(const uint8_t* data, size_t size, int channels, int expect_h, int expect_w,
+                      const Region& region, bool clip, int dh, int dw, uint8_t* out,
+                      TransformScratch* scratch, std::string* error) {
+  JpegHeader header;
+  if (!read_jpeg_header(data, size, &header, error)) return false;
+  if (header.height != expect_h || header.width != expect_w) {
+    *error = "JPEG header says " + std::to_string(header.height) + "x" +
+             std::to_string(header.width) + " but the store's shape is " +
+             std::to_string(expect_h) + "x" + std::to_string(expect_w);
+    return false;
+  }
+  // Without clip the kernel reads up to its radius past the region: at most 2 scaled pixels,
+  // as the scale chosen leaves the region under twice the output (Note [Reduced decoding]).
+  Region scaled;
+  if (!decode_jpeg_region(data, size, channels, region, dh, dw, clip ? 0 : 3, &scratch->decoded,
+                          &scaled, error))
+    return false;
+  const Image& d = scratch->decoded;
+  scaled.h = std::min(scaled.h, d.height - scaled.y);
+  scaled.w = std::min(scaled.w, d.width - scaled.x);
+  resize_region(d.pixels.data(), d.height, d.width, channels, scaled, clip, out, dh, dw,
+                &scratch->mid);
+  return true;
+}
 
 bool decode_image(const uint8_t* data, size_t size, int channels, int64_t max_pixels, Image* out,
                   std::string* error) {

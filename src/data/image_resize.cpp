@@ -17,22 +17,31 @@ struct Taps {
   int max_taps = 0;
 };
 
-Taps make_taps(int in, int out) {
-  const double scale = static_cast<double>(out) / in;
+// The taps mapping [start, start + extent) of a source of `in` pixels onto `out` pixels; with
+// clip the kernel is cut at the window's (integer-rounded) edges, else at the image's.
+Taps make_taps(int in, double start, double extent, int out, bool clip) {
+  const double scale = static_cast<double>(out) / extent;
   const double stretch = std::max(1.0, 1.0 / scale);  // kernel width in source pixels
   const double support = stretch;                     // triangle has radius 1 before stretching
+  const int min_i = clip ? std::max(0, static_cast<int>(std::floor(start))) : 0;
+  const int max_i = clip ? std::min(in, static_cast<int>(std::ceil(start + extent))) : in;
   Taps t;
   t.max_taps = static_cast<int>(std::ceil(support)) * 2 + 1;
   t.first.resize(static_cast<size_t>(out));
   t.count.resize(static_cast<size_t>(out));
   t.weights.assign(static_cast<size_t>(out) * t.max_taps, 0.0f);
+  std::vector<double> w;
   for (int o = 0; o < out; ++o) {
-    const double center = (o + 0.5) / scale;  // in source pixel units, edges at integers
-    int lo = std::max(0, static_cast<int>(std::floor(center - support)));
-    int hi = std::min(in, static_cast<int>(std::ceil(center + support)));
+    const double center = start + (o + 0.5) / scale;  // in source pixel units, edges at integers
+    int lo = std::max(min_i, static_cast<int>(std::floor(center - support)));
+    int hi = std::min(max_i, static_cast<int>(std::ceil(center + support)));
     hi = std::min(hi, lo + t.max_taps);
+    if (hi <= lo) {  // a window thinner than a pixel at the image's edge
+      lo = std::min(lo, in - 1);
+      hi = lo + 1;
+    }
     double total = 0.0;
-    std::vector<double> w;
+    w.clear();
     for (int i = lo; i < hi; ++i) {
       const double d = std::abs((i + 0.5 - center) / stretch);
       w.push_back(std::max(0.0, 1.0 - d));
@@ -50,35 +59,83 @@ Taps make_taps(int in, int out) {
   return t;
 }
 
+// Rows first (each needed source row resampled to dw), then columns: the second pass runs over
+// contiguous dw * c floats per tap, which vectorises. Built for AVX2 too (not FMA: the sums
+// round the same on every machine, so a store converted on one is the store on another).
+__attribute__((target_clones("avx2", "default"))) void resample(const uint8_t* src, int sw, int c,
+                                                                const Taps& tx, const Taps& ty,
+                                                                uint8_t* dst, int dh, int dw,
+                                                                std::vector<float>& mid) {
+  const int row0 = ty.first[0];
+  const int row1 = ty.first[static_cast<size_t>(dh - 1)] + ty.count[static_cast<size_t>(dh - 1)];
+  const size_t mid_row = static_cast<size_t>(dw) * c;
+  mid.resize(static_cast<size_t>(row1 - row0) * mid_row);
+  // The source columns the taps read, converted to float once per row.
+  const int col0 = tx.first[0] * c;
+  const int col1 =
+      (tx.first[static_cast<size_t>(dw - 1)] + tx.count[static_cast<size_t>(dw - 1)]) * c;
+  std::vector<float> row(static_cast<size_t>(col1 - col0));
+  for (int y = row0; y < row1; ++y) {
+    const uint8_t* in = src + static_cast<size_t>(y) * sw * c + col0;
+    for (size_t i = 0; i < row.size(); ++i) row[i] = in[i];
+    float* m = mid.data() + static_cast<size_t>(y - row0) * mid_row;
+    for (int x = 0; x < dw; ++x) {
+      const float* w = tx.weights.data() + static_cast<size_t>(x) * tx.max_taps;
+      const float* p =
+          row.data() + static_cast<size_t>(tx.first[static_cast<size_t>(x)]) * c - col0;
+      const int n = tx.count[static_cast<size_t>(x)];
+      if (c == 3) {
+        float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f;
+        for (int k = 0; k < n; ++k) {
+          a0 += w[k] * p[3 * k];
+          a1 += w[k] * p[3 * k + 1];
+          a2 += w[k] * p[3 * k + 2];
+        }
+        m[3 * x] = a0, m[3 * x + 1] = a1, m[3 * x + 2] = a2;
+      } else {
+        for (int ch = 0; ch < c; ++ch) {
+          float acc = 0.0f;
+          for (int k = 0; k < n; ++k) acc += w[k] * p[k * c + ch];
+          m[x * c + ch] = acc;
+        }
+      }
+    }
+  }
+  std::vector<float> acc(mid_row);
+  for (int y = 0; y < dh; ++y) {
+    const float* w = ty.weights.data() + static_cast<size_t>(y) * ty.max_taps;
+    const int first = ty.first[static_cast<size_t>(y)] - row0;
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (int k = 0; k < ty.count[static_cast<size_t>(y)]; ++k) {
+      const float* m = mid.data() + static_cast<size_t>(first + k) * mid_row;
+      const float wk = w[k];
+      for (size_t i = 0; i < mid_row; ++i) acc[i] += wk * m[i];
+    }
+    uint8_t* out = dst + static_cast<size_t>(y) * mid_row;
+    // The weights are positive and sum to 1, so acc is in [0, 255] up to rounding: adding 0.5
+    // and truncating rounds (lround's ties-away-from-zero, at a fraction of its cost).
+    for (size_t i = 0; i < mid_row; ++i)
+      out[i] = static_cast<uint8_t>(std::min(static_cast<int>(acc[i] + 0.5f), 255));
+  }
+}
+
 }  // namespace
 
 void resize_bilinear_aa(const uint8_t* src, int sh, int sw, int c, uint8_t* dst, int dh, int dw) {
   DDPV_CHECK(sh > 0 && sw > 0 && dh > 0 && dw > 0 && c > 0, "resize: empty image");
-  const Taps tx = make_taps(sw, dw), ty = make_taps(sh, dh);
-  std::vector<float> mid(static_cast<size_t>(sh) * dw * c);  // (sh, dw, c): rows resampled
-  for (int y = 0; y < sh; ++y) {
-    const uint8_t* row = src + static_cast<size_t>(y) * sw * c;
-    float* m = mid.data() + static_cast<size_t>(y) * dw * c;
-    for (int x = 0; x < dw; ++x) {
-      const float* w = tx.weights.data() + static_cast<size_t>(x) * tx.max_taps;
-      for (int ch = 0; ch < c; ++ch) {
-        float acc = 0.0f;
-        for (int k = 0; k < tx.count[static_cast<size_t>(x)]; ++k)
-          acc += w[k] * row[(tx.first[static_cast<size_t>(x)] + k) * c + ch];
-        m[x * c + ch] = acc;
-      }
-    }
-  }
-  for (int y = 0; y < dh; ++y) {
-    const float* w = ty.weights.data() + static_cast<size_t>(y) * ty.max_taps;
-    uint8_t* out = dst + static_cast<size_t>(y) * dw * c;
-    for (int i = 0; i < dw * c; ++i) {
-      float acc = 0.0f;
-      for (int k = 0; k < ty.count[static_cast<size_t>(y)]; ++k)
-        acc += w[k] * mid[static_cast<size_t>(ty.first[static_cast<size_t>(y)] + k) * dw * c + i];
-      out[i] = static_cast<uint8_t>(std::clamp(std::lround(acc), 0L, 255L));
-    }
-  }
+  std::vector<float> mid;
+  resample(src, sw, c, make_taps(sw, 0.0, sw, dw, true), make_taps(sh, 0.0, sh, dh, true), dst, dh,
+           dw, mid);
+}
+
+void resize_region(const uint8_t* src, int sh, int sw, int c, const Region& region, bool clip,
+                   uint8_t* dst, int dh, int dw, std::vector<float>* scratch) {
+  DDPV_CHECK(sh > 0 && sw > 0 && dh > 0 && dw > 0 && c > 0, "resize: empty image");
+  DDPV_CHECK(region.h > 0 && region.w > 0 && region.y >= 0 && region.x >= 0 &&
+                 region.y + region.h <= sh + 1e-6 && region.x + region.w <= sw + 1e-6,
+             "resize: region outside the image");
+  resample(src, sw, c, make_taps(sw, region.x, region.w, dw, clip),
+           make_taps(sh, region.y, region.h, dh, clip), dst, dh, dw, *scratch);
 }
 
 Image resize_center_crop(const Image& src, int height, int width) {

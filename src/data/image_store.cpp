@@ -30,9 +30,12 @@ namespace ddpv {
 namespace {
 
 struct Split {
-  h5::Handle images;  // (N, H, W, C) uint8
+  SplitEncoding encoding = SplitEncoding::kRaw;
+  h5::Handle images;  // raw: (N, H, W, C) uint8; encoded: /data, (total bytes) uint8
   int64_t size = 0;
   std::vector<int32_t> labels;
+  std::vector<int64_t> offsets;  // encoded: (N + 1)
+  std::vector<int32_t> shapes;   // encoded: (N, 3)
 };
 
 }  // namespace
@@ -42,6 +45,7 @@ struct ImageStore::Impl {
   h5::Handle file;
   int64_t num_classes = 0;
   std::vector<std::string> class_names;
+  int64_t version = 0;
   int height = 0, width = 0, channels = 0;
   std::vector<float> mean, stdev;
   std::string source;
@@ -57,6 +61,8 @@ struct ImageStore::Impl {
 
   void read_attributes();
   void open_split(const std::string& name);
+  void open_raw_images(const std::string& name, Split& s);
+  void open_encoded_images(const std::string& name, Split& s);
 };
 
 constexpr const char* kRemedy = "convert the data again";
@@ -74,9 +80,9 @@ void ImageStore::Impl::read_attributes() {
   const std::string format = h5::read_attr_string(root, "format");
   STORE_CHECK(format == kStoreFormat, "format attribute is '", format, "', expected '",
               kStoreFormat, "'");
-  const int64_t version = h5::read_attr_i64(root, "format_version");
-  STORE_CHECK(version == kStoreFormatVersion, "format_version ", version,
-              " is not supported (this build reads version ", kStoreFormatVersion, ")");
+  version = h5::read_attr_i64(root, "format_version");
+  STORE_CHECK(version >= 1 && version <= kStoreFormatVersion, "format_version ", version,
+              " is not supported (this build reads versions 1 to ", kStoreFormatVersion, ")");
   num_classes = h5::read_attr_i64(root, "num_classes");
   STORE_CHECK(num_classes > 0, "num_classes is ", num_classes, ", must be positive");
   class_names = h5::read_attr_strings(root, "class_names");
@@ -102,13 +108,10 @@ void ImageStore::Impl::read_attributes() {
   if (h5::has_attr(root, "source")) source = h5::read_attr_string(root, "source");
 }
 
-void ImageStore::Impl::open_split(const std::string& name) {
-  const std::string images_path = name + "/images", labels_path = name + "/labels";
+void ImageStore::Impl::open_raw_images(const std::string& name, Split& s) {
+  const std::string images_path = name + "/images";
   STORE_CHECK(h5::is_dataset(file.get(), images_path), "split '", name,
               "' has no dataset 'images'");
-  STORE_CHECK(h5::is_dataset(file.get(), labels_path), "split '", name,
-              "' has no dataset 'labels'");
-  Split s;
   s.images = h5::open_dataset(file.get(), images_path);
   // Note [Chunk cache]: rows of a shuffled batch are scattered, one per chunk. Unfiltered chunks
   // are read in place when the cache is off (HDF5 then reads just the selected bytes); with the
@@ -129,6 +132,97 @@ void ImageStore::Impl::open_split(const std::string& name) {
               height, "x", width, "x", channels);
   h5::check_claim(s.images.get(), path + ": /" + images_path, dims, 1, false, kRemedy);
   s.size = dims[0];
+}
+
+// Note [Encoded split]: /data holds every image's encoded bytes back to back, /offsets (N + 1)
+// where each begins, /shapes (N, 3) what each decodes to. Offsets and shapes are read whole at
+// open (20 bytes per image) and checked: offsets start at 0, rise strictly (no image is empty)
+// and end at the length of /data, so no later read can leave the dataset; every shape is a
+// plausible image. Whether the bytes decode is checked when they are decoded (and by
+// `ddpv-convert inspect --read-all`): reading a million images at start-up would not be free.
+void ImageStore::Impl::open_encoded_images(const std::string& name, Split& s) {
+  for (const char* d : {"data", "offsets", "shapes"})
+    STORE_CHECK(h5::is_dataset(file.get(), name + "/" + d), "encoded split '", name,
+                "' has no dataset '", d, "'");
+  STORE_CHECK(!h5::exists(file.get(), name + "/images"), "split '", name,
+              "' has both raw 'images' and encoded 'data'");
+  const std::string data_path = name + "/data";
+  s.images = h5::open_dataset(file.get(), data_path);
+  const bool filtered = !h5::dataset_layout(s.images.get()).filters.empty();
+  s.images.reset();
+  s.images = h5::open_dataset(file.get(), data_path, filtered ? size_t{64} << 20 : 0);
+  const std::vector<int64_t> dims = h5::dataset_dims(s.images.get());
+  const h5::TypeInfo it = h5::type_info(h5::dataset_type(s.images.get()).get());
+  STORE_CHECK(it.cls == H5T_INTEGER && it.size == 1 && !it.is_signed, "/", data_path, " is ",
+              it.str(), ", expected uint8");
+  STORE_CHECK(dims.size() == 1, "/", data_path, " has rank ", dims.size(), ", expected 1");
+  h5::check_claim(s.images.get(), path + ": /" + data_path, dims, 1, false, kRemedy);
+
+  h5::Handle offsets = h5::open_dataset(file.get(), name + "/offsets");
+  const std::vector<int64_t> odims = h5::dataset_dims(offsets.get());
+  const h5::TypeInfo ot = h5::type_info(h5::dataset_type(offsets.get()).get());
+  STORE_CHECK(ot.cls == H5T_INTEGER && ot.size == 8, "/", name, "/offsets is ", ot.str(),
+              ", expected int64");
+  STORE_CHECK(odims.size() == 1 && odims[0] >= 1, "/", name,
+              "/offsets must have rank 1 and at least one element (N + 1)");
+  h5::check_claim(offsets.get(), path + ": /" + name + "/offsets", odims, 8, true, kRemedy);
+  s.size = odims[0] - 1;
+  h5::Handle shapes = h5::open_dataset(file.get(), name + "/shapes");
+  const std::vector<int64_t> sdims = h5::dataset_dims(shapes.get());
+  const h5::TypeInfo st = h5::type_info(h5::dataset_type(shapes.get()).get());
+  STORE_CHECK(st.cls == H5T_INTEGER && st.size == 4 && st.is_signed, "/", name, "/shapes is ",
+              st.str(), ", expected int32");
+  STORE_CHECK(sdims.size() == 2 && sdims[1] == 3 && sdims[0] == s.size, "/", name,
+              "/shapes must be (N, 3) with N = ", s.size, " (one fewer than the offsets)");
+  h5::check_claim(shapes.get(), path + ": /" + name + "/shapes", sdims, 4, true, kRemedy);
+  const uint64_t index_bytes = 20 * static_cast<uint64_t>(s.size), memory = host_memory_bytes();
+  STORE_CHECK(index_bytes <= memory, "split '", name, "' has ", s.size,
+              " images, whose offsets and shapes alone need ",
+              gib_text(static_cast<double>(index_bytes)), ", more than the ",
+              gib_text(static_cast<double>(memory)), " of this node");
+  s.offsets.resize(static_cast<size_t>(s.size + 1));
+  DDPV_HDF5_CHECK(
+      H5Dread(offsets.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, s.offsets.data()),
+      path, ": cannot read /", name, "/offsets");
+  s.shapes.resize(static_cast<size_t>(s.size) * 3);
+  if (s.size > 0)
+    DDPV_HDF5_CHECK(
+        H5Dread(shapes.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, s.shapes.data()),
+        path, ": cannot read /", name, "/shapes");
+  STORE_CHECK(s.offsets[0] == 0, "/", name, "/offsets[0] is ", s.offsets[0], ", must be 0");
+  for (int64_t i = 0; i < s.size; ++i) {
+    const size_t k = static_cast<size_t>(i);
+    STORE_CHECK(s.offsets[k + 1] > s.offsets[k], "/", name, "/offsets[", i + 1, "] is ",
+                s.offsets[k + 1], ", not above offsets[", i, "] = ", s.offsets[k],
+                ": offsets must rise (no image is empty)");
+    const int32_t h = s.shapes[3 * k], w = s.shapes[3 * k + 1], c = s.shapes[3 * k + 2];
+    STORE_CHECK(h > 0 && w > 0 && h <= 65535 && w <= 65535 && (c == 1 || c == 3), "/", name,
+                "/shapes[", i, "] is (", h, ", ", w, ", ", c,
+                "): sides must be 1..65535 and channels 1 or 3");
+  }
+  STORE_CHECK(s.offsets.back() == dims[0], "/", name, "/offsets ends at ", s.offsets.back(),
+              " but /", data_path, " holds ", dims[0], " bytes");
+}
+
+void ImageStore::Impl::open_split(const std::string& name) {
+  const std::string labels_path = name + "/labels";
+  Split s;
+  h5::Handle g = h5::open_group(file.get(), name);
+  if (h5::has_attr(g.get(), "encoding")) {
+    const std::string enc = h5::read_attr_string(g.get(), "encoding");
+    STORE_CHECK(enc == "jpeg", "split '", name, "' has encoding '", enc,
+                "'; this build reads 'jpeg'");
+    STORE_CHECK(version >= 2, "split '", name,
+                "' is encoded, which needs format_version 2 (the "
+                "file says ",
+                version, ")");
+    s.encoding = SplitEncoding::kJpeg;
+    open_encoded_images(name, s);
+  } else {
+    open_raw_images(name, s);
+  }
+  STORE_CHECK(h5::is_dataset(file.get(), labels_path), "split '", name,
+              "' has no dataset 'labels'");
 
   h5::Handle labels = h5::open_dataset(file.get(), labels_path);
   const std::vector<int64_t> ldims = h5::dataset_dims(labels.get());
@@ -175,6 +269,7 @@ ImageStore::ImageStore(ImageStore&&) noexcept = default;
 ImageStore& ImageStore::operator=(ImageStore&&) noexcept = default;
 
 const std::string& ImageStore::path() const { return impl_->path; }
+int64_t ImageStore::format_version() const { return impl_->version; }
 int64_t ImageStore::num_classes() const { return impl_->num_classes; }
 const std::vector<std::string>& ImageStore::class_names() const { return impl_->class_names; }
 int ImageStore::height() const { return impl_->height; }
@@ -196,10 +291,21 @@ int64_t ImageStore::split_size(const std::string& split) const { return impl_->s
 const std::vector<int32_t>& ImageStore::labels(const std::string& split) const {
   return impl_->split(split).labels;
 }
+SplitEncoding ImageStore::encoding(const std::string& split) const {
+  return impl_->split(split).encoding;
+}
+const std::vector<int32_t>& ImageStore::shapes(const std::string& split) const {
+  return impl_->split(split).shapes;
+}
+const std::vector<int64_t>& ImageStore::offsets(const std::string& split) const {
+  return impl_->split(split).offsets;
+}
 
 void ImageStore::read_range(const std::string& split, int64_t begin, int64_t count,
                             uint8_t* out) const {
   const Split& s = impl_->split(split);
+  DDPV_CHECK(s.encoding == SplitEncoding::kRaw, impl_->path, ": split '", split,
+             "' is encoded: read it with read_encoded (internal)");
   DDPV_CHECK(begin >= 0 && count >= 0 && begin + count <= s.size, "rows [", begin, ", ",
              begin + count, ") outside split '", split, "' of ", s.size, " images");
   if (count == 0) return;
@@ -219,6 +325,8 @@ void ImageStore::read_range(const std::string& split, int64_t begin, int64_t cou
 void ImageStore::read_rows(const std::string& split, const int64_t* indices, size_t n,
                            uint8_t* out) const {
   const Split& s = impl_->split(split);
+  DDPV_CHECK(s.encoding == SplitEncoding::kRaw, impl_->path, ": split '", split,
+             "' is encoded: read it with read_encoded (internal)");
   if (n == 0) return;
   for (size_t i = 0; i < n; ++i)
     DDPV_CHECK(indices[i] >= 0 && indices[i] < s.size, "row ", indices[i], " outside split '",
@@ -261,6 +369,56 @@ void ImageStore::read_rows(const std::string& split, const int64_t* indices, siz
     const size_t r =
         static_cast<size_t>(std::lower_bound(rows.begin(), rows.end(), indices[i]) - rows.begin());
     std::copy_n(dense.data() + r * bytes, bytes, out + i * bytes);
+  }
+}
+
+void ImageStore::read_encoded(const std::string& split, const int64_t* indices, size_t n,
+                              EncodedBatch* out) const {
+  const Split& s = impl_->split(split);
+  DDPV_CHECK(s.encoding != SplitEncoding::kRaw, impl_->path, ": split '", split,
+             "' is raw: read it with read_rows (internal)");
+  for (size_t i = 0; i < n; ++i)
+    DDPV_CHECK(indices[i] >= 0 && indices[i] < s.size, "image ", indices[i], " outside split '",
+               split, "' of ", s.size, " images");
+  std::vector<int64_t> rows(indices, indices + n);
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  // Where each sorted row's bytes land in out->bytes: runs of rows are contiguous in /data, so
+  // they are contiguous in the buffer too.
+  int64_t total = 0;
+  for (int64_t r : rows)
+    total += s.offsets[static_cast<size_t>(r + 1)] - s.offsets[static_cast<size_t>(r)];
+  out->bytes.resize(static_cast<size_t>(total));
+  std::vector<int64_t> at(rows.size());
+  h5::Handle fspace = h5::dataset_space(s.images.get());
+  int64_t pos = 0;
+  for (size_t i = 0; i < rows.size();) {
+    size_t j = i + 1;
+    while (j < rows.size() && rows[j] == rows[j - 1] + 1) ++j;
+    const int64_t first = s.offsets[static_cast<size_t>(rows[i])],
+                  last = s.offsets[static_cast<size_t>(rows[j - 1] + 1)];
+    for (size_t k = i; k < j; ++k) at[k] = pos + s.offsets[static_cast<size_t>(rows[k])] - first;
+    const hsize_t start = static_cast<hsize_t>(first), count = static_cast<hsize_t>(last - first);
+    DDPV_HDF5_CHECK(
+        H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, &start, nullptr, &count, nullptr),
+        "selecting bytes");
+    h5::Handle mspace(DDPV_HDF5_CHECK(H5Screate_simple(1, &count, nullptr), "memory space"),
+                      H5Sclose);
+    DDPV_HDF5_CHECK(H5Dread(s.images.get(), H5T_NATIVE_UINT8, mspace.get(), fspace.get(),
+                            H5P_DEFAULT, out->bytes.data() + pos),
+                    impl_->path, ": cannot read images [", rows[i], ", ", rows[j - 1] + 1, ") of /",
+                    split, "/data");
+    pos += last - first;
+    i = j;
+  }
+  out->begin.resize(n);
+  out->size.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const size_t r =
+        static_cast<size_t>(std::lower_bound(rows.begin(), rows.end(), indices[i]) - rows.begin());
+    const size_t row = static_cast<size_t>(indices[i]);
+    out->begin[i] = at[r];
+    out->size[i] = s.offsets[row + 1] - s.offsets[row];
   }
 }
 

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "data/host_memory.hpp"
+#include "data/image_codec.hpp"
+#include "data/work_pool.hpp"
 #include "ddpv/core/log.hpp"
 
 namespace ddpv {
@@ -44,6 +46,17 @@ struct Loader::State {
   const std::vector<int32_t>* labels;
   std::vector<uint8_t> cache;  // (N, H, W, C) when the split fits under cache_mb
   bool is_cached = false;
+  // Encoded splits (Note [Encoded cache]): bytes kept in an arena filled in the order read,
+  // cache_at[i] where image i begins in it (-1: not kept).
+  bool encoded = false;
+  std::unique_ptr<uint8_t[]> arena;
+  int64_t arena_size = 0, arena_used = 0;
+  std::vector<int64_t> cache_at;
+  const std::vector<int32_t>* shapes = nullptr;
+  std::unique_ptr<WorkPool> pool;
+  std::vector<codec::TransformScratch> scratch;  // one per worker
+  std::vector<std::vector<uint8_t>> resized;     // one (H, W, C) per worker
+  EncodedBatch encoded_read;                     // the loader thread's, reused
   std::vector<Slot> slots;
   Device device = Device::kCpu;
 
@@ -93,6 +106,7 @@ struct Loader::State {
   }
 
   void fill(Slot& slot, const int64_t* idx, int64_t n, int64_t epoch, std::vector<uint8_t>& raw) {
+    if (encoded) return fill_encoded(slot, idx, n, epoch);
     const uint8_t* base = cache.data();
     if (!is_cached) {
       raw.resize(static_cast<size_t>(n) * image_bytes);
@@ -101,7 +115,7 @@ struct Loader::State {
     float* images = slot.images.data<float>();
     int32_t* labels_out = slot.labels.data<int32_t>();
     const size_t out_elems = image_bytes;  // one float per byte
-    for (int64_t i = 0; i < n; ++i) {
+    pool->run(n, [&](int64_t i, int) {
       const uint8_t* src = is_cached ? base + static_cast<size_t>(idx[i]) * image_bytes
                                      : raw.data() + static_cast<size_t>(i) * image_bytes;
       const AugmentDraw draw = opt.augment
@@ -110,7 +124,66 @@ struct Loader::State {
       augment_normalize(src, height, width, opt.augment_options.pad, draw, *normalize,
                         images + static_cast<size_t>(i) * out_elems);
       labels_out[i] = (*labels)[static_cast<size_t>(idx[i])];
+    });
+  }
+
+  // Note [Encoded cache]: a rank keeps the encoded bytes it reads, in the order it reads them,
+  // while they fit under --cache-mb and under its share of the split (the split's bytes over
+  // the world size, plus the largest image), so ranks sharing a node never hold the split
+  // once each. The arena is allocated once at its full size, untouched pages cost nothing.
+  void fill_encoded(Slot& slot, const int64_t* idx, int64_t n, int64_t epoch) {
+    std::vector<int64_t> missing;
+    for (int64_t i = 0; i < n; ++i)
+      if (cache_at[static_cast<size_t>(idx[i])] < 0) missing.push_back(idx[i]);
+    EncodedBatch& read = encoded_read;
+    if (!missing.empty()) store->read_encoded(opt.split, missing.data(), missing.size(), &read);
+    // Where position i's bytes are: the arena, or the batch just read.
+    std::vector<const uint8_t*> where(static_cast<size_t>(n));
+    std::vector<int64_t> bytes(static_cast<size_t>(n));
+    const std::vector<int64_t>& offsets = store->offsets(opt.split);
+    for (size_t m = 0; m < missing.size(); ++m) {
+      const size_t row = static_cast<size_t>(missing[m]);
+      const int64_t size = read.size[m];
+      if (cache_at[row] < 0 && arena_used + size <= arena_size) {
+        std::copy_n(read.bytes.data() + read.begin[m], size, arena.get() + arena_used);
+        cache_at[row] = arena_used;
+        arena_used += size;
+      }
     }
+    size_t m = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const size_t row = static_cast<size_t>(idx[i]);
+      bytes[static_cast<size_t>(i)] = offsets[row + 1] - offsets[row];
+      if (cache_at[row] >= 0) {
+        where[static_cast<size_t>(i)] = arena.get() + cache_at[row];
+      } else {  // not kept: it was read now, at the first position asking for it
+        while (missing[m] != idx[i]) ++m;
+        where[static_cast<size_t>(i)] = read.bytes.data() + read.begin[m];
+      }
+    }
+    float* images = slot.images.data<float>();
+    int32_t* labels_out = slot.labels.data<int32_t>();
+    const size_t out_elems = static_cast<size_t>(height) * width * channels;
+    const ResizedCropOptions& co = opt.crop_options;
+    pool->run(n, [&](int64_t i, int worker) {
+      const size_t row = static_cast<size_t>(idx[i]);
+      const int h = (*shapes)[3 * row], w = (*shapes)[3 * row + 1];
+      const CropRegion region = opt.augment ? draw_resized_crop(co, h, w, opt.seed, epoch, idx[i])
+                                            : center_crop_region(co, h, w, height, width);
+      std::vector<uint8_t>& out = resized[static_cast<size_t>(worker)];
+      std::string error;
+      DDPV_CHECK(
+          codec::crop_resize_jpeg(
+              where[static_cast<size_t>(i)], static_cast<size_t>(bytes[static_cast<size_t>(i)]),
+              channels, h, w, codec::Region{region.y, region.x, region.h, region.w}, opt.augment,
+              height, width, out.data(), &scratch[static_cast<size_t>(worker)], &error),
+          "store ", store->path(), ": split '", opt.split, "' image ", idx[i], ": ", error,
+          " (a damaged store: check it with `ddpv-convert inspect --read-all`, convert "
+          "again)");
+      augment_normalize(out.data(), height, width, 0, AugmentDraw{0, 0, region.flip}, *normalize,
+                        images + static_cast<size_t>(i) * out_elems);
+      labels_out[i] = (*labels)[row];
+    });
   }
 
   void run() {
@@ -191,18 +264,40 @@ Loader::Loader(const ImageStore& store, LoaderOptions options)
   DDPV_CHECK(o.augment_options.pad >= 0, "crop padding must be non-negative");
   DDPV_CHECK(std::isfinite(o.cache_mb) && o.cache_mb >= 0,
              "cache size must be a finite number of MiB >= 0, got ", o.cache_mb);
+  DDPV_CHECK(o.threads >= 1 && o.threads <= 256, "loader threads must be in 1..256, got ",
+             o.threads);
+  DDPV_CHECK(o.crop_h >= 0 && o.crop_w >= 0 && o.crop_h <= 65535 && o.crop_w <= 65535,
+             "crop size must be in 1..65535");
+  s.encoded = store.encoding(o.split) != SplitEncoding::kRaw;
   s.height = store.height();
   s.width = store.width();
+  if (s.encoded && o.crop_h > 0) s.height = o.crop_h, s.width = o.crop_w;
+  DDPV_CHECK(s.encoded || o.crop_h == 0 || (o.crop_h == s.height && o.crop_w == s.width), "store ",
+             store.path(), ": split '", o.split, "' holds raw ", s.height, "x", s.width,
+             " images: a crop size applies to JPEG stores only (leave --crop out)");
   s.channels = store.channels();
-  s.image_bytes = static_cast<size_t>(store.image_bytes());
+  s.image_bytes = static_cast<size_t>(s.height) * s.width * s.channels;
   std::vector<float> inv_std;
   for (float v : store.std()) inv_std.push_back(1.0f / v);
   s.normalize.emplace(s.channels, store.mean().data(), inv_std.data());
   s.labels = &store.labels(o.split);
+  s.pool = std::make_unique<WorkPool>(o.threads);
+  s.scratch.resize(static_cast<size_t>(o.threads));
+  s.resized.assign(static_cast<size_t>(o.threads), std::vector<uint8_t>(s.image_bytes));
 
   const int64_t n = store.split_size(o.split);
   const double split_mb = static_cast<double>(n) * static_cast<double>(s.image_bytes) / (1 << 20);
-  if (split_mb <= o.cache_mb) {
+  if (s.encoded) {
+    s.shapes = &store.shapes(o.split);
+    const std::vector<int64_t>& offsets = store.offsets(o.split);
+    int64_t largest = 0;
+    for (size_t i = 0; i + 1 < offsets.size(); ++i)
+      largest = std::max(largest, offsets[i + 1] - offsets[i]);
+    const double share = static_cast<double>(offsets.back()) / o.world_size + largest;
+    s.arena_size = static_cast<int64_t>(std::min(share, o.cache_mb * (1 << 20)));
+    if (s.arena_size > 0) s.arena.reset(new uint8_t[static_cast<size_t>(s.arena_size)]);
+    s.cache_at.assign(static_cast<size_t>(n), -1);
+  } else if (split_mb <= o.cache_mb) {
     s.cache.resize(static_cast<size_t>(n) * s.image_bytes);
     store.read_range(o.split, 0, n, s.cache.data());
     s.is_cached = true;

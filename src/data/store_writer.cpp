@@ -13,6 +13,10 @@
 namespace ddpv {
 namespace {
 constexpr int64_t kDefaultChunkBytes = 256 * 1024;
+// /data of an encoded split: a batch's images are scattered over the split, and without a chunk
+// cache an unfiltered read takes just its bytes whatever the chunk size; the chunk size only
+// bounds the chunk index (a 140 GB split is 140,000 chunks).
+constexpr uint64_t kEncodedChunkBytes = 1 << 20;
 }
 
 int parse_compression(const std::string& spec) {
@@ -30,16 +34,19 @@ struct StoreWriter::Impl {
   std::vector<std::string> class_names;
   std::string source;
   StoreWriterOptions opt;
-  h5::Handle file, group, images, labels;
+  h5::Handle file, group, images, labels, offsets, shapes;
   std::string split;
+  SplitEncoding encoding = SplitEncoding::kRaw;
+  bool any_encoded = false;
   int64_t count = 0;
+  int64_t bytes_count = 0;  // encoded: bytes appended to /data
   bool have_train = false;
   // Exact integer sums of the train pixels per channel: no rounding however large the split.
   std::vector<uint64_t> sum, sum_sq;
   uint64_t train_pixels = 0;
 
   h5::Handle create_extendible(const std::string& name, const std::vector<hsize_t>& row,
-                               hid_t file_type, int64_t chunk_rows) {
+                               hid_t file_type, int64_t chunk_rows, bool filters = true) {
     std::vector<hsize_t> dims{0}, max{H5S_UNLIMITED}, chunk{static_cast<hsize_t>(chunk_rows)};
     for (hsize_t d : row) {
       dims.push_back(d), max.push_back(d), chunk.push_back(d);
@@ -49,8 +56,9 @@ struct StoreWriter::Impl {
                      H5Sclose);
     h5::Handle plist(DDPV_HDF5_CHECK(H5Pcreate(H5P_DATASET_CREATE), "plist"), H5Pclose);
     DDPV_HDF5_CHECK(H5Pset_chunk(plist.get(), rank, chunk.data()), "setting chunks of ", name);
-    if (opt.checksum) DDPV_HDF5_CHECK(H5Pset_fletcher32(plist.get()), "setting fletcher32");
-    if (opt.gzip_level >= 0) {
+    if (filters && opt.checksum)
+      DDPV_HDF5_CHECK(H5Pset_fletcher32(plist.get()), "setting fletcher32");
+    if (filters && opt.gzip_level >= 0) {
       DDPV_HDF5_CHECK(H5Pset_shuffle(plist.get()), "setting shuffle");
       DDPV_HDF5_CHECK(H5Pset_deflate(plist.get(), static_cast<unsigned>(opt.gzip_level)),
                       "setting deflate");
@@ -67,9 +75,10 @@ struct StoreWriter::Impl {
   }
 
   void append_rows(hid_t dataset, const char* name, const std::vector<hsize_t>& row, hid_t mem_type,
-                   const void* data, int64_t n) {
-    std::vector<hsize_t> new_dims{static_cast<hsize_t>(count + n)},
-        start{static_cast<hsize_t>(count)}, block{static_cast<hsize_t>(n)};
+                   const void* data, int64_t n, int64_t at = -1) {
+    if (at < 0) at = count;
+    std::vector<hsize_t> new_dims{static_cast<hsize_t>(at + n)}, start{static_cast<hsize_t>(at)},
+        block{static_cast<hsize_t>(n)};
     for (hsize_t d : row) new_dims.push_back(d), start.push_back(0), block.push_back(d);
     DDPV_HDF5_CHECK(H5Dset_extent(dataset, new_dims.data()), tmp, ": cannot extend /", split, "/",
                     name);
@@ -92,13 +101,17 @@ struct StoreWriter::Impl {
       DDPV_HDF5_CHECK(H5Dclose(images.release()), tmp, ": cannot write /", split, "/images");
     if (labels.valid())
       DDPV_HDF5_CHECK(H5Dclose(labels.release()), tmp, ": cannot write /", split, "/labels");
+    if (offsets.valid())
+      DDPV_HDF5_CHECK(H5Dclose(offsets.release()), tmp, ": cannot write /", split, "/offsets");
+    if (shapes.valid())
+      DDPV_HDF5_CHECK(H5Dclose(shapes.release()), tmp, ": cannot write /", split, "/shapes");
     if (group.valid()) DDPV_HDF5_CHECK(H5Gclose(group.release()), tmp, ": cannot write /", split);
   }
 
   // Under a file-size limit (ulimit -f) a write past it fails with EFBIG, and so would the
   // discarding close's (Note [Abandoning a file]): the chunks n more rows may allocate, whole,
   // and 1 MiB of metadata must fit under the limit.
-  void check_size_limit(int64_t n) const {
+  void check_size_limit(int64_t n, int64_t encoded_bytes = 0) const {
     rlimit limit{};
     hsize_t size = 0;
     if (getrlimit(RLIMIT_FSIZE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY ||
@@ -109,7 +122,10 @@ struct StoreWriter::Impl {
                    image_rows = static_cast<uint64_t>(opt.chunk_images);
     const uint64_t need =
         size + (rows / image_rows + 2) * image_rows * static_cast<uint64_t>(image_bytes) +
-        (rows / label_rows + 2) * label_rows * 4 + (uint64_t{1} << 20);
+        (rows / label_rows + 2) * label_rows * 4 + (uint64_t{1} << 20) +
+        (encoded_bytes > 0 ? static_cast<uint64_t>(encoded_bytes) + 2 * kEncodedChunkBytes +
+                                 (rows / label_rows + 2) * label_rows * 20
+                           : 0);
     DDPV_CHECK(need <= limit.rlim_cur, tmp, ": ", n, " more images would take the file past this ",
                "process's file-size limit of ", limit.rlim_cur, " bytes (ulimit -f): raise it");
   }
@@ -121,6 +137,8 @@ struct StoreWriter::Impl {
     h5::discard_writes(file.get());
     images.reset();
     labels.reset();
+    offsets.reset();
+    shapes.reset();
     group.reset();
     file.reset();
     H5Eclear2(H5E_DEFAULT);
@@ -155,7 +173,7 @@ StoreWriter::StoreWriter(const std::string& out_path, int height, int width, int
 
 StoreWriter::~StoreWriter() { impl_->abandon(); }  // nothing to do once committed
 
-void StoreWriter::begin_split(const std::string& name) {
+void StoreWriter::begin_split(const std::string& name, SplitEncoding encoding) {
   Impl& s = *impl_;
   DDPV_CHECK(s.file.valid(), "store already committed");
   DDPV_CHECK(!name.empty() && name.find('/') == std::string::npos, "bad split name '", name, "'");
@@ -167,10 +185,27 @@ void StoreWriter::begin_split(const std::string& name) {
       DDPV_HDF5_CHECK(H5Gcreate2(s.file.get(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                       s.tmp, ": cannot create /", name),
       H5Gclose);
-  s.images = s.create_extendible("images",
-                                 {static_cast<hsize_t>(s.height), static_cast<hsize_t>(s.width),
-                                  static_cast<hsize_t>(s.channels)},
-                                 H5T_STD_U8LE, s.opt.chunk_images);
+  s.encoding = encoding;
+  s.bytes_count = 0;
+  if (encoding == SplitEncoding::kRaw) {
+    s.images = s.create_extendible("images",
+                                   {static_cast<hsize_t>(s.height), static_cast<hsize_t>(s.width),
+                                    static_cast<hsize_t>(s.channels)},
+                                   H5T_STD_U8LE, s.opt.chunk_images);
+  } else {
+    s.any_encoded = true;
+    try {
+      h5::write_attr_string(s.group.get(), "encoding", "jpeg");
+    } catch (const Error& e) {
+      DDPV_FAIL(s.tmp, ": ", e.message());
+    }
+    s.images = s.create_extendible("data", {}, H5T_STD_U8LE,
+                                   static_cast<int64_t>(kEncodedChunkBytes), false);
+    s.offsets = s.create_extendible("offsets", {}, H5T_STD_I64LE, 4096);
+    s.shapes = s.create_extendible("shapes", {3}, H5T_STD_I32LE, 4096);
+    const int64_t zero = 0;
+    s.append_rows(s.offsets.get(), "offsets", {}, H5T_NATIVE_INT64, &zero, 1, 0);
+  }
   // Labels are tiny: chunk them by a larger count so the labels dataset is not thousands of chunks.
   s.labels =
       s.create_extendible("labels", {}, H5T_STD_I32LE, std::max<int64_t>(s.opt.chunk_images, 4096));
@@ -185,27 +220,58 @@ void StoreWriter::check_labels(const int32_t* labels, int64_t n) const {
                " in split '", s.split, "' is outside [0, ", k, ")");
 }
 
+void StoreWriter::add_train_pixels(const uint8_t* pixels, int64_t count) {
+  Impl& s = *impl_;
+  const size_t c = static_cast<size_t>(s.channels);
+  const size_t total = static_cast<size_t>(count) * c;
+  for (size_t ch = 0; ch < c; ++ch) {
+    uint64_t a = 0, b = 0;
+    for (size_t i = ch; i < total; i += c) {
+      const uint64_t v = pixels[i];
+      a += v;
+      b += v * v;
+    }
+    s.sum[ch] += a;
+    s.sum_sq[ch] += b;
+  }
+  s.train_pixels += static_cast<uint64_t>(count);
+}
+
+void StoreWriter::append_encoded(const uint8_t* bytes, const int64_t* sizes, const int32_t* shapes,
+                                 const int32_t* labels, int64_t n) {
+  Impl& s = *impl_;
+  DDPV_CHECK(s.images.valid() && s.encoding != SplitEncoding::kRaw,
+             "append_encoded outside an encoded split (internal)");
+  if (n <= 0) return;
+  check_labels(labels, n);
+  int64_t total = 0;
+  std::vector<int64_t> ends(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    DDPV_CHECK(sizes[i] > 0, "image ", s.count + i, " of split '", s.split, "' is empty");
+    const int32_t* sh = shapes + 3 * i;
+    DDPV_CHECK(
+        sh[0] > 0 && sh[1] > 0 && sh[0] <= 65535 && sh[1] <= 65535 && (sh[2] == 1 || sh[2] == 3),
+        "image ", s.count + i, " of split '", s.split, "' has a bad shape");
+    total += sizes[i];
+    ends[static_cast<size_t>(i)] = s.bytes_count + total;
+  }
+  s.check_size_limit(n, total);
+  s.append_rows(s.images.get(), "data", {}, H5T_NATIVE_UINT8, bytes, total, s.bytes_count);
+  s.append_rows(s.offsets.get(), "offsets", {}, H5T_NATIVE_INT64, ends.data(), n, s.count + 1);
+  s.append_rows(s.shapes.get(), "shapes", {3}, H5T_NATIVE_INT32, shapes, n);
+  s.append_rows(s.labels.get(), "labels", {}, H5T_NATIVE_INT32, labels, n);
+  s.bytes_count += total;
+  s.count += n;
+}
+
 void StoreWriter::append(const uint8_t* images, const int32_t* labels, int64_t n) {
   Impl& s = *impl_;
-  DDPV_CHECK(s.images.valid(), "append before begin_split");
+  DDPV_CHECK(s.images.valid() && s.encoding == SplitEncoding::kRaw,
+             "append outside a raw split (internal)");
   if (n <= 0) return;
   check_labels(labels, n);
   s.check_size_limit(n);
-  if (s.split == "train") {
-    const size_t c = static_cast<size_t>(s.channels);
-    const size_t total = static_cast<size_t>(n * s.image_bytes);
-    for (size_t ch = 0; ch < c; ++ch) {
-      uint64_t a = 0, b = 0;
-      for (size_t i = ch; i < total; i += c) {
-        const uint64_t v = images[i];
-        a += v;
-        b += v * v;
-      }
-      s.sum[ch] += a;
-      s.sum_sq[ch] += b;
-    }
-    s.train_pixels += static_cast<uint64_t>(n * s.height * s.width);
-  }
+  if (s.split == "train") add_train_pixels(images, n * s.height * s.width);
   s.append_rows(s.images.get(), "images",
                 {static_cast<hsize_t>(s.height), static_cast<hsize_t>(s.width),
                  static_cast<hsize_t>(s.channels)},
@@ -255,7 +321,7 @@ void StoreWriter::commit() {
   const hid_t root = s.file.get();
   try {
     h5::write_attr_string(root, "format", kStoreFormat);
-    h5::write_attr_i64(root, "format_version", kStoreFormatVersion);
+    h5::write_attr_i64(root, "format_version", s.any_encoded ? kStoreFormatVersion : 1);
     h5::write_attr_i64(root, "num_classes", static_cast<int64_t>(s.class_names.size()));
     h5::write_attr_strings(root, "class_names", s.class_names);
     h5::write_attr_i64(root, "height", s.height);

@@ -46,4 +46,30 @@ struct NormalizeTable {
 void augment_normalize(const uint8_t* src, int height, int width, int pad, const AugmentDraw& draw,
                        const NormalizeTable& table, float* dst);
 
+// ---- encoded images of any size (ImageNet-style) --------------------------------------------
+
+struct ResizedCropOptions {
+  double scale_lo = 0.08, scale_hi = 1.0;             // of the image's area
+  double ratio_lo = 3.0 / 4.0, ratio_hi = 4.0 / 3.0;  // width / height
+  bool flip = true;
+  double eval_fraction = 0.875;  // evaluation: resize the shorter side to crop / this, centre
+};
+
+// A region of the source image (pixels) to resize to the crop, and whether to flip after.
+struct CropRegion {
+  double y = 0, x = 0, h = 0, w = 0;
+  bool flip = false;
+};
+
+// Note [Resized crop]: torchvision's RandomResizedCrop.get_params, drawn from the sample's key
+// (Note [Augmentation keys]): up to 10 tries of an area in [scale_lo, scale_hi] of the image
+// and a log-uniform aspect ratio, rounded to whole pixels, accepted when the box fits, at a
+// uniform position; else the centre crop of the whole image clamped to the ratio range.
+CropRegion draw_resized_crop(const ResizedCropOptions& options, int height, int width,
+                             uint64_t seed, int64_t epoch, int64_t sample_index);
+// Evaluation (torchvision's Resize(round(crop / eval_fraction)) + CenterCrop(crop)): the
+// region of the source that those keep, centred, at fractional size.
+CropRegion center_crop_region(const ResizedCropOptions& options, int height, int width, int crop_h,
+                              int crop_w);
+
 }  // namespace ddpv

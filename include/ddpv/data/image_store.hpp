@@ -1,4 +1,5 @@
-// ImageStore: read-only access to an HDF5 image store (format version 1, docs/data-format.md).
+// ImageStore: read-only access to an HDF5 image store (format versions 1 and 2,
+// docs/data-format.md).
 #pragma once
 
 #include <cstdint>
@@ -9,7 +10,19 @@
 namespace ddpv {
 
 inline constexpr const char* kStoreFormat = "ddpvision-image-store";
-inline constexpr int64_t kStoreFormatVersion = 1;
+// Version 2 adds encoded splits; a store without one is written as version 1, so older builds
+// still read it.
+inline constexpr int64_t kStoreFormatVersion = 2;
+
+// How a split holds its images: raw (N, H, W, C) uint8 rows of the store's size, or encoded
+// byte strings of any size (/data, /offsets, /shapes).
+enum class SplitEncoding { kRaw, kJpeg };
+
+// Encoded images read for a batch: position i's bytes are bytes[begin[i], begin[i] + size[i]).
+struct EncodedBatch {
+  std::vector<uint8_t> bytes;
+  std::vector<int64_t> begin, size;
+};
 
 // Opens a store and validates all of it before anything is read: the format attributes, every
 // split's dataset shapes and types, equal image and label counts, and every label in
@@ -23,12 +36,15 @@ class ImageStore {
   ImageStore& operator=(ImageStore&&) noexcept;
 
   const std::string& path() const;
+  int64_t format_version() const;  // what the file says: 1 or 2
   int64_t num_classes() const;
   const std::vector<std::string>& class_names() const;
   int height() const;
   int width() const;
   int channels() const;
   int64_t image_bytes() const { return int64_t{height()} * width() * channels(); }
+  // For raw splits the stored image size; for encoded ones the size the loader crops to unless
+  // told otherwise (the converter's --size).
   const std::vector<float>& mean() const;  // (C) of the train split, 0..1 scale
   const std::vector<float>& std() const;   // (C)
   const std::string& source() const;
@@ -37,6 +53,11 @@ class ImageStore {
   bool has_split(const std::string& split) const;
   int64_t split_size(const std::string& split) const;  // throws listing the splits present
   const std::vector<int32_t>& labels(const std::string& split) const;  // (N), all validated
+  SplitEncoding encoding(const std::string& split) const;
+  // Encoded splits: (N, 3) height, width, channels of each encoded image, and (N + 1) byte
+  // offsets into /data, all validated at open; empty for raw splits.
+  const std::vector<int32_t>& shapes(const std::string& split) const;
+  const std::vector<int64_t>& offsets(const std::string& split) const;
 
   // Reads rows indices[0..n) of `split` into out (n, H, W, C) in the order given, duplicates
   // allowed, sorted and merged into runs (see Note [Reading a batch]).
@@ -47,6 +68,10 @@ class ImageStore {
   }
   // Rows [begin, begin + count) into out (count, H, W, C).
   void read_range(const std::string& split, int64_t begin, int64_t count, uint8_t* out) const;
+  // The encoded bytes of images indices[0..n) of an encoded split, one byte-range read per run
+  // of consecutive indices (Note [Reading a batch]); a duplicate shares its bytes.
+  void read_encoded(const std::string& split, const int64_t* indices, size_t n,
+                    EncodedBatch* out) const;
 
  private:
   struct Impl;

@@ -37,7 +37,16 @@ struct LoaderOptions {
   bool augment = true;  // crop + flip; off for evaluation
   AugmentOptions augment_options;
   int prefetch = 4;        // ready batches queued ahead of the consumer
-  double cache_mb = 2048;  // the split is held in memory when its images fit under this
+  // Raw splits: the split is held in memory when its images fit under this. Encoded splits:
+  // the bytes this rank reads are kept, up to this and to about its shard of the split
+  // (Note [Encoded cache]).
+  double cache_mb = 2048;
+  // Threads preparing a batch, the loader's own included (Note [Decode pool]).
+  int threads = 1;
+  // Encoded splits: the output size (0: the store's height and width) and the transforms:
+  // RandomResizedCrop + flip with augment, else resize + centre crop (Note [Resized crop]).
+  int crop_h = 0, crop_w = 0;
+  ResizedCropOptions crop_options;
   // Memory of the delivered batches (e.g. the backend's pinned staging_allocator(), so a GPU
   // trainer can copy asynchronously); host memory when null. Must outlive the Loader.
   Allocator* allocator = nullptr;
@@ -57,7 +66,9 @@ struct Batch {
 };
 
 // Note [Loader thread]: start_epoch() hands the thread an epoch; it reads each batch's rows
-// (from the in-memory cache or with one HDF5 read), augments and normalises into a free slot
+// (from the in-memory cache or with one HDF5 read; it is the only thread that calls HDF5:
+// Debian's libhdf5 is built thread-safe, but that is one global lock, so more readers would
+// only queue), decodes and augments on the decode pool, and normalises into a free slot
 // of a fixed pool (prefetch + 2 slots, allocated once: pinned allocations are slow), and queues
 // it. next() pops in order; at the end of the epoch it returns nullopt. An exception in the
 // thread is rethrown by next(). The store must outlive the Loader.

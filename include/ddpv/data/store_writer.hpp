@@ -1,10 +1,13 @@
-// StoreWriter: writes an HDF5 image store (format version 1) safely, for ddpv-convert and tests.
+// StoreWriter: writes an HDF5 image store (format version 1, or 2 with an encoded split) safely,
+// for ddpv-convert and tests.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "ddpv/data/image_store.hpp"
 
 namespace ddpv {
 
@@ -32,10 +35,20 @@ class StoreWriter {
   StoreWriter(const StoreWriter&) = delete;
   StoreWriter& operator=(const StoreWriter&) = delete;
 
-  // Starts a split (a group with extendible images and labels datasets); ends the previous one.
-  void begin_split(const std::string& name);
+  // Starts a split (a group with extendible images and labels datasets, or for an encoded one
+  // data, offsets, shapes and labels: Note [Encoded split]); ends the previous one.
+  void begin_split(const std::string& name, SplitEncoding encoding = SplitEncoding::kRaw);
   // Appends n images (n, H, W, C) and their labels; each label must lie in [0, num_classes).
   void append(const uint8_t* images, const int32_t* labels, int64_t n);
+  // Encoded splits: appends n encoded images, image i being sizes[i] bytes from bytes +
+  // (sizes[0] + ... + sizes[i-1]), decoding to shapes[3i..3i+3) = (height, width, channels).
+  // The bytes are stored as given, never filtered (JPEG does not compress further, and a filter
+  // would make every read decompress whole chunks).
+  void append_encoded(const uint8_t* bytes, const int64_t* sizes, const int32_t* shapes,
+                      const int32_t* labels, int64_t n);
+  // Adds pixels (count, C) to the train statistics: for an encoded train split, whose images
+  // the writer cannot see, the converter passes what they decode to (Note [Encoded statistics]).
+  void add_train_pixels(const uint8_t* pixels, int64_t count);
   // The label check of append() alone, so a converter can name the input that holds a bad label
   // without blaming that input for a write error.
   void check_labels(const int32_t* labels, int64_t n) const;
