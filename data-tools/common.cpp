@@ -111,7 +111,10 @@ std::vector<std::string> read_class_names(const std::string& path) {
 }
 
 Progress::Progress(std::string what, int64_t total)
-    : what_(std::move(what)), total_(total), enabled_(isatty(STDOUT_FILENO) != 0) {}
+    : what_(std::move(what)),
+      total_(total),
+      enabled_(isatty(STDOUT_FILENO) != 0),
+      start_(std::chrono::steady_clock::now()) {}
 
 Progress::~Progress() {
   if (enabled_) {
@@ -125,22 +128,31 @@ void Progress::update(int64_t done) {
   const auto now = std::chrono::steady_clock::now();
   if (done < total_ && now - last_ < std::chrono::milliseconds(200)) return;
   last_ = now;
-  std::printf("\r%s: %lld / %lld (%.0f%%)", what_.c_str(), static_cast<long long>(done),
-              static_cast<long long>(total_), total_ ? 100.0 * done / total_ : 100.0);
+  const double seconds = std::chrono::duration<double>(now - start_).count();
+  const double rate = seconds > 0 ? static_cast<double>(done) / seconds : 0.0;
+  const double left = rate > 0 ? static_cast<double>(total_ - done) / rate : 0.0;
+  std::printf("\r\033[K%s: %lld / %lld (%.0f%%), %.0f images/s, %d:%02d left", what_.c_str(),
+              static_cast<long long>(done), static_cast<long long>(total_),
+              total_ ? 100.0 * done / total_ : 100.0, rate, static_cast<int>(left) / 60,
+              static_cast<int>(left) % 60);
   std::fflush(stdout);
 }
 
 void print_summary(const std::string& out,
                    const std::vector<std::pair<std::string, int64_t>>& splits, int height,
                    int width, int channels, size_t num_classes,
-                   std::chrono::steady_clock::time_point start) {
+                   std::chrono::steady_clock::time_point start, bool encoded) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::string parts;
   for (const auto& [name, n] : splits)
     parts += (parts.empty() ? "" : ", ") + name + " " + std::to_string(n);
-  std::printf("ddpv-convert: wrote %s: %s images of %dx%dx%d, %zu classes in %.2f s\n", out.c_str(),
-              parts.c_str(), height, width, channels, num_classes, seconds);
+  if (encoded)
+    std::printf("ddpv-convert: wrote %s: %s JPEG images (%d channels), %zu classes in %.2f s\n",
+                out.c_str(), parts.c_str(), channels, num_classes, seconds);
+  else
+    std::printf("ddpv-convert: wrote %s: %s images of %dx%dx%d, %zu classes in %.2f s\n",
+                out.c_str(), parts.c_str(), height, width, channels, num_classes, seconds);
 }
 
 }  // namespace ddpv::convert

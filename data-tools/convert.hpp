@@ -72,7 +72,8 @@ int64_t decode_cifar(const uint8_t* bytes, size_t size, const CifarLayout& layou
                      const std::string& path, std::vector<uint8_t>* images,
                      std::vector<int32_t>* labels);
 
-// A progress line on stdout, only when stdout is a terminal (logs and CI stay clean).
+// A progress line on stdout with the rate and the time left, only when stdout is a terminal
+// (logs and CI stay clean).
 class Progress {
  public:
   Progress(std::string what, int64_t total);
@@ -83,13 +84,13 @@ class Progress {
   std::string what_;
   int64_t total_;
   bool enabled_;
-  std::chrono::steady_clock::time_point last_;
+  std::chrono::steady_clock::time_point last_, start_;
 };
 
 // "ddpv-convert: wrote OUT: train 60000, test 10000 images of 28x28x1, 10 classes in 1.3 s"
 void print_summary(const std::string& out,
                    const std::vector<std::pair<std::string, int64_t>>& splits, int height,
                    int width, int channels, size_t num_classes,
-                   std::chrono::steady_clock::time_point start);
+                   std::chrono::steady_clock::time_point start, bool encoded = false);
 
 }  // namespace ddpv::convert

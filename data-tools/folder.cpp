@@ -1,9 +1,11 @@
-// ddpv-convert folder: root/<class>/<image> trees of JPEG and PNG files, resized and split.
+// ddpv-convert folder: root/<class>/<image> trees of JPEG and PNG files (one tree split in
+// two, or ImageNet's train and val trees), stored raw at one size or as JPEG bytes.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -54,6 +56,9 @@ struct Settings {
   int height, width, channels, threads;
   int64_t max_pixels;
   bool strict;
+  bool jpeg = false;  // --encode jpeg
+  int max_side = 0;   // 0: any size kept
+  int quality = 90;
 };
 
 // Files left out of the store, by reason, for the summary line.
@@ -191,19 +196,237 @@ int64_t write_split(StoreWriter& writer, const std::string& name, const std::vec
   return writer.split_count();
 }
 
+// One image of an encoded split: its bytes and what they decode to; or the reason it is skipped.
+struct Encoded {
+  std::vector<uint8_t> bytes;
+  int32_t shape[3] = {0, 0, 0};
+  bool kept = false;           // the source's own JPEG bytes
+  std::vector<uint8_t> stats;  // pixels (n, C) for the train statistics; empty when not sampled
+  std::string error;
+};
+
+// Note [Encoded statistics]: the train split's mean and std come from a full decode of every
+// 8th image (by position in the split, so the same whatever the threads); every other image is
+// decoded at scale 1/8 only, which entropy-decodes all of its data (so truncated or corrupt
+// bytes are still found) at a fraction of the cost. The mean of a 1/8 decode would do (DC
+// coefficients are block means), its std would not (the variance inside a block is gone).
+constexpr size_t kStatsEvery = 8;
+
+// Note [Kept bytes]: a JPEG within --max-side that libjpeg decodes to RGB or gray is stored
+// as it came (its quality untouched, no time spent encoding); anything else (a PNG, a CMYK
+// JPEG, one larger than --max-side) is decoded, shrunk to fit --max-side and encoded at
+// --quality.
+void encode_one(const std::string& path, const Settings& s, bool sample_stats, Encoded* e) {
+  const std::vector<uint8_t> src = read_bytes(path);
+  codec::JpegHeader header;
+  bool keep = false;
+  if (codec::is_jpeg(src.data(), src.size())) {
+    if (!codec::read_jpeg_header(src.data(), src.size(), &header, &e->error)) return;
+    if (int64_t{header.height} * header.width > s.max_pixels) {
+      e->error = "JPEG declares " + std::to_string(header.width) + "x" +
+                 std::to_string(header.height) + " pixels, over the cap of " +
+                 std::to_string(s.max_pixels) + " (--max-pixels)";
+      return;
+    }
+    keep = !header.cmyk && (s.max_side == 0 || std::max(header.height, header.width) <= s.max_side);
+  }
+  if (keep) {
+    e->bytes = src;
+  } else {
+    codec::Image image;
+    if (!codec::decode_image(src.data(), src.size(), s.channels, s.max_pixels, &image, &e->error))
+      return;
+    const int side = std::max(image.height, image.width);
+    if (s.max_side > 0 && side > s.max_side) {
+      const double f = static_cast<double>(s.max_side) / side;
+      codec::Image small;
+      small.height = std::max(1, static_cast<int>(std::lround(image.height * f)));
+      small.width = std::max(1, static_cast<int>(std::lround(image.width * f)));
+      small.channels = image.channels;
+      small.pixels.resize(static_cast<size_t>(small.height) * small.width * small.channels);
+      codec::resize_bilinear_aa(image.pixels.data(), image.height, image.width, image.channels,
+                                small.pixels.data(), small.height, small.width);
+      image = std::move(small);
+    }
+    e->bytes = codec::encode_jpeg(image, s.quality);
+  }
+  e->kept = keep;
+  // Validate what is stored (and sample the statistics) by decoding it.
+  codec::Image decoded;
+  codec::Region scaled;
+  if (!codec::read_jpeg_header(e->bytes.data(), e->bytes.size(), &header, &e->error)) return;
+  const codec::Region whole{0, 0, static_cast<double>(header.height),
+                            static_cast<double>(header.width)};
+  const int min_side = sample_stats ? std::max(header.height, header.width) : 1;
+  if (!codec::decode_jpeg_region(e->bytes.data(), e->bytes.size(), s.channels, whole, min_side,
+                                 min_side, 0, &decoded, &scaled, &e->error))
+    return;
+  e->shape[0] = header.height, e->shape[1] = header.width, e->shape[2] = s.channels;
+  if (sample_stats) e->stats = std::move(decoded.pixels);
+}
+
+int64_t write_encoded_split(StoreWriter& writer, const std::string& name,
+                            const std::vector<Item>& items, const Settings& s, Progress& progress,
+                            int64_t& done, Skipped& skipped, int64_t& kept) {
+  writer.begin_split(name, SplitEncoding::kJpeg);
+  const size_t block = static_cast<size_t>(64 * s.threads);
+  std::vector<Encoded> out;
+  std::vector<uint8_t> bytes;
+  std::vector<int64_t> sizes;
+  std::vector<int32_t> shapes, labels;
+  for (size_t begin = 0; begin < items.size(); begin += block) {
+    const size_t end = std::min(items.size(), begin + block);
+    out.assign(end - begin, Encoded{});
+    auto work = [&](size_t t) {
+      for (size_t i = begin + t; i < end; i += static_cast<size_t>(s.threads)) {
+        Encoded& e = out[i - begin];
+        try {
+          encode_one(items[i].path, s, name == "train" && i % kStatsEvery == 0, &e);
+        } catch (const std::exception& ex) {  // unreadable file, out of memory for one image
+          e.error = ex.what();
+        }
+      }
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < s.threads; ++t) pool.emplace_back(work, static_cast<size_t>(t));
+    work(0);
+    for (auto& th : pool) th.join();
+    bytes.clear(), sizes.clear(), shapes.clear(), labels.clear();
+    for (size_t i = begin; i < end; ++i) {
+      Encoded& e = out[i - begin];
+      if (!e.error.empty()) {
+        skipped.add(items[i].path, e.error, "corrupt or unreadable image");
+        continue;
+      }
+      bytes.insert(bytes.end(), e.bytes.begin(), e.bytes.end());
+      sizes.push_back(static_cast<int64_t>(e.bytes.size()));
+      shapes.insert(shapes.end(), e.shape, e.shape + 3);
+      labels.push_back(items[i].label);
+      if (!e.stats.empty())
+        writer.add_train_pixels(e.stats.data(), static_cast<int64_t>(e.stats.size()) / s.channels);
+      kept += e.kept ? 1 : 0;
+    }
+    writer.append_encoded(bytes.data(), sizes.data(), shapes.data(), labels.data(),
+                          static_cast<int64_t>(labels.size()));
+    progress.update(done += static_cast<int64_t>(end - begin));
+  }
+  return writer.split_count();
+}
+
+// The image files of one class folder, sorted; links that go nowhere are skipped.
+std::vector<std::string> class_files(const fs::path& dir, Skipped& skipped) {
+  std::string why;
+  std::vector<std::string> files;
+  for (const auto& e : list_dir(dir)) {
+    if (!is_image_name(e.path())) continue;  // a README, a .txt of labels: not ours
+    const Kind k = kind_of(e, &why);
+    if (k == Kind::kFile)
+      files.push_back(e.path().string());
+    else
+      skipped.add(e.path().string(), why, reason_of(k));
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// The class subfolders of `root`, sorted; a broken link among them is skipped like a bad
+// image, as it may have been meant as a class. Files beside the class folders are ignored.
+std::vector<fs::path> class_dirs_of(const fs::path& root, Skipped& skipped) {
+  std::error_code ec;
+  DDPV_CHECK(fs::is_directory(root, ec), root.string(), ": not a directory");
+  std::string why;
+  std::vector<fs::path> dirs;
+  for (const auto& e : list_dir(root)) {
+    const Kind k = kind_of(e, &why);
+    if (k == Kind::kDirectory)
+      dirs.push_back(e.path());
+    else if (k == Kind::kLoop || k == Kind::kDangling || k == Kind::kUnreadable)
+      skipped.add(e.path().string(), why, reason_of(k));
+  }
+  DDPV_CHECK(!dirs.empty(), root.string(), ": no class subfolders (expected root/<class>/<image>)");
+  return dirs;
+}
+
+// --val-labels: "FILE CLASS" per line (CLASS a class folder name of the train tree or a label
+// index; blank lines and lines starting with # ignored) for the flat val folder `root`.
+std::vector<Item> labelled_val(const fs::path& root, const std::string& labels_path,
+                               const std::vector<std::string>& names, Skipped& skipped) {
+  std::ifstream in(labels_path);
+  DDPV_CHECK(in.good(), labels_path, ": cannot open --val-labels");
+  std::map<std::string, int32_t> label_of;
+  std::string line;
+  for (int64_t number = 1; std::getline(in, line); ++number) {
+    std::istringstream words(line);
+    std::string file, cls, extra;
+    if (!(words >> file) || file[0] == '#') continue;
+    DDPV_CHECK(static_cast<bool>(words >> cls) && !(words >> extra), labels_path, ":", number,
+               ": expected 'FILE CLASS', got '", line, "'");
+    int32_t label = -1;
+    const auto it = std::find(names.begin(), names.end(), cls);
+    if (it != names.end()) {
+      label = static_cast<int32_t>(it - names.begin());
+    } else {
+      char* endp = nullptr;
+      const long v = std::strtol(cls.c_str(), &endp, 10);
+      DDPV_CHECK(*endp == '\0' && !cls.empty() && v >= 0 && v < static_cast<long>(names.size()),
+                 labels_path, ":", number, ": class '", cls,
+                 "' is neither a class folder of the train tree nor an index below ", names.size());
+      label = static_cast<int32_t>(v);
+    }
+    DDPV_CHECK(label_of.emplace(file, label).second, labels_path, ":", number, ": '", file,
+               "' is labelled twice");
+  }
+  std::vector<Item> items;
+  std::string why;
+  for (const auto& e : list_dir(root)) {
+    if (!is_image_name(e.path())) continue;
+    const auto it = label_of.find(e.path().filename().string());
+    if (it == label_of.end()) {
+      skipped.add(e.path().string(), "not listed in " + labels_path, "unlabelled val image");
+      continue;
+    }
+    const Kind k = kind_of(e, &why);
+    if (k == Kind::kFile)
+      items.push_back(Item{e.path().string(), it->second});
+    else
+      skipped.add(e.path().string(), why, reason_of(k));
+    label_of.erase(it);
+  }
+  DDPV_CHECK(label_of.empty(), labels_path, ": lists '", label_of.begin()->first,
+             "', which is not an image in ", root.string(),
+             (label_of.size() > 1 ? " (and " + std::to_string(label_of.size() - 1) + " more)"
+                                  : std::string()));
+  return items;
+}
+
 }  // namespace
 
 int run_folder(const Args& args) {
   po::options_description options("folder options");
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   auto add = options.add_options();
-  add("root", po::value<std::string>()->required(),
-      "folder with one subfolder of images per class");
-  add("size", po::value<std::string>()->required(),
-      "output size HxW or N (shorter side resized, center crop)");
+  add("root", po::value<std::string>(),
+      "folder with one subfolder of images per class, split into train and val by "
+      "--val-fraction");
+  add("train-root", po::value<std::string>(),
+      "instead of --root: the train tree (one subfolder per class)");
+  add("val-root", po::value<std::string>(),
+      "with --train-root: the val tree, one subfolder per class (named as the train ones), or "
+      "a flat folder with --val-labels");
+  add("val-labels", po::value<std::string>(),
+      "labels of a flat --val-root: 'FILE CLASS' per line, CLASS a train class folder's name or "
+      "index");
+  add("encode", po::value<std::string>()->default_value("raw"),
+      "raw (decoded, resized to --size) or jpeg (JPEG bytes as they are, Note [Kept bytes])");
+  add("size", po::value<std::string>(),
+      "raw: output size HxW or N (shorter side resized, center crop); jpeg: the crop size "
+      "training defaults to (default 224)");
+  add("max-side", po::value<int>()->default_value(0),
+      "jpeg: images with a longer side are shrunk to it and re-encoded (0: keep any size)");
+  add("quality", po::value<int>()->default_value(90), "jpeg: quality of re-encoded images");
   add("channels", po::value<int>()->default_value(3), "3 (RGB) or 1 (grayscale)");
   add("val-fraction", po::value<double>()->default_value(0.1),
-      "share of each class put in the 'val' split");
+      "with --root: share of each class put in the 'val' split");
   add("seed", po::value<uint64_t>()->default_value(0), "seed of the train/val split");
   add("threads", po::value<int>()->default_value(cores), "decoding threads");
   add("strict", po::bool_switch(), "stop at the first corrupt image instead of skipping it");
@@ -211,57 +434,62 @@ int run_folder(const Args& args) {
       "largest image (width x height) accepted, checked before decoding");
   add_writer_options(options);
   po::variables_map vm;
-  if (!parse_args("folder", "--root DIR --size HxW --out OUT.h5", options, args, vm)) return 0;
-  const auto [height, width] = parse_size(vm["size"].as<std::string>());
+  if (!parse_args("folder",
+                  "(--root DIR | --train-root DIR [--val-root DIR [--val-labels F]]) "
+                  "[--encode raw|jpeg] [--size HxW] --out OUT.h5",
+                  options, args, vm))
+    return 0;
+  const std::string encode = vm["encode"].as<std::string>();
+  if (encode != "raw" && encode != "jpeg")
+    throw UsageError("--encode '" + encode + "' is not understood: use raw or jpeg");
+  const bool jpeg = encode == "jpeg";
+  if (!jpeg && !vm.count("size")) throw UsageError("--size is required with --encode raw");
+  const auto [height, width] = parse_size(vm.count("size") ? vm["size"].as<std::string>() : "224");
   Settings s{height,
              width,
              vm["channels"].as<int>(),
              vm["threads"].as<int>(),
              vm["max-pixels"].as<int64_t>(),
-             vm["strict"].as<bool>()};
+             vm["strict"].as<bool>(),
+             jpeg,
+             vm["max-side"].as<int>(),
+             vm["quality"].as<int>()};
   if (s.channels != 1 && s.channels != 3) throw UsageError("--channels must be 1 or 3");
   if (s.threads < 1 || s.threads > 256) throw UsageError("--threads must be in 1..256");
   if (s.max_pixels < 1) throw UsageError("--max-pixels must be positive");
-  const double val_fraction = vm["val-fraction"].as<double>();
+  if (s.max_side < 0 || s.max_side > 65535) throw UsageError("--max-side must be in 0..65535");
+  if (s.quality < 1 || s.quality > 100) throw UsageError("--quality must be in 1..100");
+  if (!jpeg && (!vm["max-side"].defaulted() || !vm["quality"].defaulted()))
+    throw UsageError("--max-side and --quality apply to --encode jpeg");
+  const bool two_trees = vm.count("train-root") > 0;
+  if (two_trees == (vm.count("root") > 0))
+    throw UsageError(
+        "give either --root (one tree, split by --val-fraction) or --train-root "
+        "(and optionally --val-root)");
+  if (!two_trees && (vm.count("val-root") || vm.count("val-labels")))
+    throw UsageError("--val-root and --val-labels go with --train-root, not --root");
+  if (vm.count("val-labels") && !vm.count("val-root"))
+    throw UsageError("--val-labels needs --val-root (the folder of the images it labels)");
+  if (two_trees && !vm["val-fraction"].defaulted())
+    throw UsageError(
+        "--val-fraction splits a --root tree; with --train-root the val split is "
+        "--val-root");
+  const double val_fraction = two_trees ? 0.0 : vm["val-fraction"].as<double>();
   if (!(val_fraction >= 0.0 && val_fraction < 1.0))
     throw UsageError("--val-fraction must be in [0, 1)");
   const StoreWriterOptions wopt = writer_options(vm);
   const auto start = std::chrono::steady_clock::now();
 
-  const fs::path root = vm["root"].as<std::string>();
-  std::error_code ec;
-  DDPV_CHECK(fs::is_directory(root, ec), root.string(), ": not a directory");
-  // Classes are the subfolders; a broken link among them is skipped like a bad image, as it
-  // may have been meant as a class. Files beside the class folders are ignored.
+  const fs::path root = vm[two_trees ? "train-root" : "root"].as<std::string>();
   Skipped skipped(s.strict);
-  std::string why;
-  std::vector<fs::path> class_dirs;
-  for (const auto& e : list_dir(root)) {
-    const Kind k = kind_of(e, &why);
-    if (k == Kind::kDirectory)
-      class_dirs.push_back(e.path());
-    else if (k == Kind::kLoop || k == Kind::kDangling || k == Kind::kUnreadable)
-      skipped.add(e.path().string(), why, reason_of(k));
-  }
-  DDPV_CHECK(!class_dirs.empty(), root.string(),
-             ": no class subfolders (expected root/<class>/<image>)");
-
+  const std::vector<fs::path> class_dirs = class_dirs_of(root, skipped);
   std::vector<std::string> names;
   std::vector<Item> train, val;
   const uint64_t seed = vm["seed"].as<uint64_t>();
   for (size_t c = 0; c < class_dirs.size(); ++c) {
-    std::vector<std::string> files;
-    for (const auto& e : list_dir(class_dirs[c])) {
-      if (!is_image_name(e.path())) continue;  // a README, a .txt of labels: not ours
-      const Kind k = kind_of(e, &why);
-      if (k == Kind::kFile)
-        files.push_back(e.path().string());
-      else
-        skipped.add(e.path().string(), why, reason_of(k));
-    }
+    std::vector<std::string> files = class_files(class_dirs[c], skipped);
     DDPV_CHECK(!files.empty(), class_dirs[c].string(),
                ": empty class folder (no .jpg, .jpeg or .png files); remove it or add images");
-    std::sort(files.begin(), files.end());
     // Per-class split: a fixed shuffle from (seed, class) picks the val files.
     Rng rng(derive_key(seed, c));
     for (size_t i = files.size(); i > 1; --i)
@@ -276,22 +504,56 @@ int run_folder(const Args& args) {
   }
   DDPV_CHECK(!train.empty(), root.string(), ": --val-fraction ", val_fraction,
              " leaves no train images");
+  if (vm.count("val-root")) {
+    const fs::path val_root = vm["val-root"].as<std::string>();
+    if (vm.count("val-labels")) {
+      std::error_code ec;
+      DDPV_CHECK(fs::is_directory(val_root, ec), val_root.string(), ": not a directory");
+      val = labelled_val(val_root, vm["val-labels"].as<std::string>(), names, skipped);
+    } else {
+      for (const fs::path& dir : class_dirs_of(val_root, skipped)) {
+        const std::string cls = dir.filename().string();
+        const auto it = std::find(names.begin(), names.end(), cls);
+        DDPV_CHECK(it != names.end(), dir.string(), ": class '", cls,
+                   "' is not a class folder of the train tree ", root.string());
+        const std::vector<std::string> files = class_files(dir, skipped);
+        DDPV_CHECK(!files.empty(), dir.string(),
+                   ": empty class folder (no .jpg, .jpeg or .png files); remove it or add images");
+        for (const std::string& f : files)
+          val.push_back(Item{f, static_cast<int32_t>(it - names.begin())});
+      }
+    }
+    DDPV_CHECK(!val.empty(), val_root.string(), ": no val images");
+  }
 
   std::vector<std::string> inputs;
   for (const auto* list : {&train, &val})
     for (const Item& item : *list) inputs.push_back(item.path);
   const std::string out = output_path(vm, inputs);
   StoreWriter writer(out, height, width, s.channels, names, "folder: " + root.string(), wopt);
-  int64_t done = 0;
+  int64_t done = 0, kept = 0;
   std::vector<std::pair<std::string, int64_t>> counts;
   {
-    Progress progress("decoding", static_cast<int64_t>(train.size() + val.size()));
-    counts.emplace_back("train", write_split(writer, "train", train, s, progress, done, skipped));
-    if (!val.empty())
-      counts.emplace_back("val", write_split(writer, "val", val, s, progress, done, skipped));
+    Progress progress(jpeg ? "reading" : "decoding",
+                      static_cast<int64_t>(train.size() + val.size()));
+    for (const auto& [name, items] : {std::pair{"train", &train}, std::pair{"val", &val}}) {
+      if (items->empty()) continue;
+      counts.emplace_back(
+          name, jpeg ? write_encoded_split(writer, name, *items, s, progress, done, skipped, kept)
+                     : write_split(writer, name, *items, s, progress, done, skipped));
+    }
   }
   writer.commit();
-  print_summary(out, counts, height, width, s.channels, names.size(), start);
+  print_summary(out, counts, height, width, s.channels, names.size(), start, jpeg);
+  if (jpeg) {
+    int64_t total = 0;
+    for (const auto& c : counts) total += c.second;
+    std::printf(
+        "ddpv-convert: JPEG store: %lld images kept as they were, %lld re-encoded "
+        "(quality %d); training crops to %dx%d unless --crop\n",
+        static_cast<long long>(kept), static_cast<long long>(total - kept), s.quality, height,
+        width);
+  }
   const std::string skips = skipped.summary();
   if (!skips.empty())
     std::printf("ddpv-convert: skipped %s (see the warnings; --strict makes them fatal)\n",
