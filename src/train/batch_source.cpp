@@ -37,6 +37,8 @@ LoaderOptions base_options(const ImageStore& store, const TrainOptions& o, int r
   lo.world_size = world;
   lo.seed = o.seed;
   lo.cache_mb = o.cache_mb;
+  lo.threads = std::max(1, o.loader_threads);
+  lo.crop_h = lo.crop_w = o.crop;
   lo.allocator = staging;
   // Small images (28x28) lose too much to a 4-pixel shift; 1/8 of the side, as 4 is of 32.
   lo.augment_options.pad = std::max(1, std::min(store.height(), store.width()) / 8);

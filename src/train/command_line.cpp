@@ -54,7 +54,9 @@ po::options_description describe(TrainOptions& o) {
     ("synthetic", po::bool_switch(&o.synthetic), "random images and labels of the model's input shape (benchmarks)")
     ("synthetic-size", po::value(&o.synthetic_size)->default_value(o.synthetic_size), "samples per synthetic epoch")
     ("no-augment", po::bool_switch(), "no random crop and flip in training")
-    ("cache-mb", po::value(&o.cache_mb)->default_value(o.cache_mb), "hold a split in memory when it fits (MiB per rank)");
+    ("cache-mb", po::value(&o.cache_mb)->default_value(o.cache_mb), "hold a split in memory when it fits (MiB per rank; JPEG stores: the bytes this rank reads, up to its share)")
+    ("crop", po::value(&o.crop)->default_value(o.crop), "JPEG stores: side of the training crop (RandomResizedCrop) and of the evaluation centre crop (0: the store's size)")
+    ("loader-threads", po::value(&o.loader_threads)->default_value(o.loader_threads), "threads decoding and augmenting batches per rank (0: as many as --threads gives the rank)");
   po::options_description model("Model and device");
   model.add_options()
     ("model", po::value(&o.model)->default_value(o.model), "lenet | resnet20 | resnet56 | resnet18 | resnet50")

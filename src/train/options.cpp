@@ -115,6 +115,9 @@ void validate_options(const TrainOptions& o, bool cuda_device) {
           "--eval-only needs --data: synthetic data has no split to evaluate");
   require(o.log_every >= 1, "--log-every must be at least 1");
   require(o.cache_mb >= 0, "--cache-mb must be >= 0");
+  require(o.crop >= 0 && o.crop <= 4096, "--crop must be in 1..4096 (0: the store's size)");
+  require(o.loader_threads >= 0 && o.loader_threads <= 256,
+          "--loader-threads must be in 0..256 (0: as many as --threads gives the rank)");
   require(o.synthetic_size >= 1, "--synthetic-size must be at least 1");
 }
 
@@ -185,6 +188,7 @@ std::string options_to_config(const TrainOptions& o) {
     << "\ndrop-last = " << b(o.drop_last)
     << "\nsynthetic = " << b(o.synthetic) << "\nsynthetic-size = " << o.synthetic_size
     << "\nno-augment = " << b(!o.augment) << "\ncache-mb = " << o.cache_mb
+    << "\ncrop = " << o.crop << "\nloader-threads = " << o.loader_threads
     << "\nmodel = " << o.model << "\ndevice = " << choice_name(o.device)
     << "\nprecision = " << choice_name(o.precision)
     << "\nreduce-dtype = " << choice_name(o.reduce_dtype) << "\nthreads = " << o.threads

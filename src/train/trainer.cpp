@@ -34,6 +34,7 @@ Trainer::Impl::Impl(const TrainOptions& options, World& w)
     bo.device_index = world.device_index();
     bo.threads =
         o.threads > 0 ? o.threads : auto_threads(world.local_size());  // Note [Threads per rank]
+    if (o.loader_threads == 0) o.loader_threads = bo.threads;
     bo.precision = o.precision;
     bo.deterministic = o.deterministic;
     bo.activation_block = o.cpu_layout == CpuLayout::kNhwc ? 0 : -1;  // Note [Tuning options]
@@ -69,7 +70,14 @@ void Trainer::Impl::open_data() {
     return;
   }
   data.store = std::make_unique<ImageStore>(o.data);
-  data.shape = {data.store->height(), data.store->width(), data.store->channels(),
+  bool encoded = false;  // the model's input is the crop for JPEG splits, the images' size else
+  for (const std::string& split : data.store->splits())
+    encoded = encoded || data.store->encoding(split) != SplitEncoding::kRaw;
+  DDPV_CHECK(o.crop == 0 || encoded, "--crop ", o.crop, ": store ", o.data, " holds raw ",
+             data.store->height(), "x", data.store->width(),
+             " images; --crop applies to JPEG stores (leave it out)");
+  data.shape = {o.crop > 0 ? o.crop : data.store->height(),
+                o.crop > 0 ? o.crop : data.store->width(), data.store->channels(),
                 data.store->num_classes()};
   if (!o.eval_only) {  // --eval-only reads no training data
     DDPV_CHECK(data.store->has_split(o.train_split), "--train-split ", o.train_split, ": store ",

@@ -35,6 +35,8 @@ struct TrainOptions {
   int64_t synthetic_size = 50000;   // samples per synthetic epoch
   bool augment = true;
   double cache_mb = 2048;
+  int crop = 0;                     // JPEG stores: training crop side (0: the store's size)
+  int loader_threads = 0;           // decode threads per rank (0: as many as --threads gets)
   // model and device
   std::string model = "lenet";
   // The options that are choices are enums (Note [Choices]); each table gives their words.
