@@ -59,30 +59,36 @@ Taps make_taps(int in, double start, double extent, int out, bool clip) {
   return t;
 }
 
-// Rows first (each needed source row resampled to dw), then columns: the second pass runs over
-// contiguous dw * c floats per tap, which vectorises. Built for AVX2 too (not FMA: the sums
-// round the same on every machine, so a store converted on one is the store on another).
+// Columns first: each output row is a weighted sum of whole source rows (over the columns the
+// taps read), contiguous bytes that vectorise; then each of the dh rows is resampled to dw,
+// the scalar part, which so runs on dh rows and not on all the source rows of the window.
+// Built for AVX2 too (not FMA: the sums round the same on every machine, so a store converted
+// on one is the store converted on another).
 __attribute__((target_clones("avx2", "default"))) void resample(const uint8_t* src, int sw, int c,
                                                                 const Taps& tx, const Taps& ty,
                                                                 uint8_t* dst, int dh, int dw,
                                                                 std::vector<float>& mid) {
-  const int row0 = ty.first[0];
-  const int row1 = ty.first[static_cast<size_t>(dh - 1)] + ty.count[static_cast<size_t>(dh - 1)];
-  const size_t mid_row = static_cast<size_t>(dw) * c;
-  mid.resize(static_cast<size_t>(row1 - row0) * mid_row);
-  // The source columns the taps read, converted to float once per row.
   const int col0 = tx.first[0] * c;
   const int col1 =
       (tx.first[static_cast<size_t>(dw - 1)] + tx.count[static_cast<size_t>(dw - 1)]) * c;
-  std::vector<float> row(static_cast<size_t>(col1 - col0));
-  for (int y = row0; y < row1; ++y) {
-    const uint8_t* in = src + static_cast<size_t>(y) * sw * c + col0;
-    for (size_t i = 0; i < row.size(); ++i) row[i] = in[i];
-    float* m = mid.data() + static_cast<size_t>(y - row0) * mid_row;
+  const size_t mid_row = static_cast<size_t>(col1 - col0);
+  mid.resize(mid_row);
+  float* m = mid.data();
+  for (int y = 0; y < dh; ++y) {
+    const float* wy = ty.weights.data() + static_cast<size_t>(y) * ty.max_taps;
+    const int first = ty.first[static_cast<size_t>(y)];
+    std::fill(mid.begin(), mid.end(), 0.0f);
+    for (int k = 0; k < ty.count[static_cast<size_t>(y)]; ++k) {
+      const uint8_t* in = src + static_cast<size_t>(first + k) * sw * c + col0;
+      const float wk = wy[k];
+      for (size_t i = 0; i < mid_row; ++i) m[i] += wk * static_cast<float>(in[i]);
+    }
+    uint8_t* out = dst + static_cast<size_t>(y) * dw * c;
+    // The weights are positive and sum to 1, so a sum is in [0, 255] up to rounding: adding 0.5
+    // and truncating rounds (lround's ties-away-from-zero, at a fraction of its cost).
     for (int x = 0; x < dw; ++x) {
       const float* w = tx.weights.data() + static_cast<size_t>(x) * tx.max_taps;
-      const float* p =
-          row.data() + static_cast<size_t>(tx.first[static_cast<size_t>(x)]) * c - col0;
+      const float* p = m + static_cast<size_t>(tx.first[static_cast<size_t>(x)]) * c - col0;
       const int n = tx.count[static_cast<size_t>(x)];
       if (c == 3) {
         float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f;
@@ -91,31 +97,17 @@ __attribute__((target_clones("avx2", "default"))) void resample(const uint8_t* s
           a1 += w[k] * p[3 * k + 1];
           a2 += w[k] * p[3 * k + 2];
         }
-        m[3 * x] = a0, m[3 * x + 1] = a1, m[3 * x + 2] = a2;
+        out[3 * x] = static_cast<uint8_t>(std::min(static_cast<int>(a0 + 0.5f), 255));
+        out[3 * x + 1] = static_cast<uint8_t>(std::min(static_cast<int>(a1 + 0.5f), 255));
+        out[3 * x + 2] = static_cast<uint8_t>(std::min(static_cast<int>(a2 + 0.5f), 255));
       } else {
         for (int ch = 0; ch < c; ++ch) {
           float acc = 0.0f;
           for (int k = 0; k < n; ++k) acc += w[k] * p[k * c + ch];
-          m[x * c + ch] = acc;
+          out[x * c + ch] = static_cast<uint8_t>(std::min(static_cast<int>(acc + 0.5f), 255));
         }
       }
     }
-  }
-  std::vector<float> acc(mid_row);
-  for (int y = 0; y < dh; ++y) {
-    const float* w = ty.weights.data() + static_cast<size_t>(y) * ty.max_taps;
-    const int first = ty.first[static_cast<size_t>(y)] - row0;
-    std::fill(acc.begin(), acc.end(), 0.0f);
-    for (int k = 0; k < ty.count[static_cast<size_t>(y)]; ++k) {
-      const float* m = mid.data() + static_cast<size_t>(first + k) * mid_row;
-      const float wk = w[k];
-      for (size_t i = 0; i < mid_row; ++i) acc[i] += wk * m[i];
-    }
-    uint8_t* out = dst + static_cast<size_t>(y) * mid_row;
-    // The weights are positive and sum to 1, so acc is in [0, 255] up to rounding: adding 0.5
-    // and truncating rounds (lround's ties-away-from-zero, at a fraction of its cost).
-    for (size_t i = 0; i < mid_row; ++i)
-      out[i] = static_cast<uint8_t>(std::min(static_cast<int>(acc[i] + 0.5f), 255));
   }
 }
 
