@@ -15,7 +15,7 @@ ifneq ($(DNNL_ROOT),)
 CMAKE_FLAGS += -Ddnnl_ROOT=$(DNNL_ROOT)
 endif
 
-.PHONY: all deps configure build test test-cluster sanitize fuzz demo bench install clean
+.PHONY: all deps configure build test test-cluster sanitize fuzz demo bench bench-data install clean
 
 all: build
 
@@ -59,6 +59,13 @@ demo: build
 bench: build
 	scripts/install-deps.sh --bench
 	MPIRUN=$(MPIRUN) BUILD_DIR=$(BUILD_DIR) scripts/bench.sh
+	BUILD_DIR=$(BUILD_DIR) scripts/bench-data.sh
+
+# The JPEG input pipeline against torchvision's, and the converter's rate (scripts/bench-data.sh);
+# also the last step of `make bench`.
+bench-data: build
+	scripts/install-deps.sh --bench
+	BUILD_DIR=$(BUILD_DIR) scripts/bench-data.sh
 
 install: build
 	cmake --install $(BUILD_DIR) --prefix $(PREFIX)

@@ -4,7 +4,7 @@
 #   scripts/install-deps.sh            build + test dependencies (PyTorch among them: the
 #                                      export test loads our checkpoints into torch)
 #   scripts/install-deps.sh --bench    also OpenBLAS and tcmalloc (the benchmark peer's BLAS
-#                                      and allocator)
+#                                      and allocator) and torchvision (make bench-data's peer)
 #   scripts/install-deps.sh --cluster  also Slurm and munge (tests/cluster)
 #   scripts/install-deps.sh --fuzz     also clang and its sanitizer and libFuzzer runtimes
 #                                      (make fuzz)
@@ -25,8 +25,9 @@ packages=(
 )
 for arg in "$@"; do
   case "$arg" in
-    # the PyTorch peer, its BLAS and its allocator (Note [Peer allocator], bench/peer/torch_ddp.py)
-    --bench) packages+=(libopenblas0-pthread libtcmalloc-minimal4) ;;
+    # the PyTorch peer, its BLAS and its allocator (Note [Peer allocator], bench/peer/torch_ddp.py),
+    # and the input-pipeline peer (bench/peer/torchvision_data.py)
+    --bench) packages+=(libopenblas0-pthread libtcmalloc-minimal4 python3-torchvision) ;;
     --cluster) packages+=(slurm-wlm munge iproute2) ;;
     --fuzz) packages+=(clang libclang-rt-14-dev) ;;
     *) echo "install-deps.sh: unknown option '$arg' (use --bench, --cluster or --fuzz)" >&2; exit 2 ;;
