@@ -17,8 +17,9 @@ namespace ddpv::codec {
 namespace {
 
 // Note [libjpeg errors]: libjpeg reports errors through a callback that must not return. We
-// longjmp back to decode_jpeg's frame; no C++ object with a destructor lives in the frames
-// skipped (they are libjpeg's C frames), and the output vector is reached through a pointer.
+// longjmp back to the frame of with_decompressor (or encode_jpeg); no C++ object with a
+// destructor lives in the frames skipped (libjpeg's C frames and a body that holds none across
+// its libjpeg calls), and the outputs are reached through pointers.
 struct JpegError {
   jpeg_error_mgr mgr;
   std::jmp_buf jump;
@@ -78,11 +79,15 @@ void read_rows(jpeg_decompress_struct& cinfo, int channels, int first_row, int e
   }
 }
 
-bool decode_jpeg(const uint8_t* data, size_t size, int channels, int64_t max_pixels, Image* out,
-                 std::string* error) {
+// Runs body(cinfo) on a decompressor over `data` whose header has been read, and destroys it.
+// A libjpeg error (or warning) anywhere, in the header or in body, longjmps back here and
+// returns false with "corrupt JPEG: <libjpeg's message>" in *error. So body's frame is skipped
+// by the longjmp (Note [libjpeg errors]): it may hold no object with a destructor while it
+// calls libjpeg; what it fills lives with its caller.
+template <typename Body>
+bool with_decompressor(const uint8_t* data, size_t size, std::string* error, Body&& body) {
   jpeg_decompress_struct cinfo;
   JpegError err;
-  std::vector<uint8_t> cmyk;
   cinfo.err = jpeg_std_error(&err.mgr);
   err.mgr.error_exit = jpeg_on_error;
   err.mgr.emit_message = jpeg_on_message;
@@ -95,20 +100,28 @@ bool decode_jpeg(const uint8_t* data, size_t size, int channels, int64_t max_pix
   jpeg_create_decompress(&cinfo);
   jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
   jpeg_read_header(&cinfo, TRUE);
-  const int64_t pixels = int64_t{cinfo.image_width} * cinfo.image_height;
-  if (pixels > max_pixels) {
-    *error = "JPEG declares " + std::to_string(cinfo.image_width) + "x" +
-             std::to_string(cinfo.image_height) + " pixels, over the cap of " +
-             std::to_string(max_pixels) + " (--max-pixels)";
-    jpeg_destroy_decompress(&cinfo);
-    return false;
-  }
-  cinfo.out_color_space = is_cmyk(cinfo) ? JCS_CMYK : channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
-  jpeg_start_decompress(&cinfo);
-  read_rows(cinfo, channels, 0, static_cast<int>(cinfo.output_height), out, cmyk);
-  jpeg_finish_decompress(&cinfo);
+  const bool ok = body(cinfo);
   jpeg_destroy_decompress(&cinfo);
-  return true;
+  return ok;
+}
+
+bool decode_jpeg(const uint8_t* data, size_t size, int channels, int64_t max_pixels, Image* out,
+                 std::string* error) {
+  std::vector<uint8_t> cmyk;
+  return with_decompressor(data, size, error, [&](jpeg_decompress_struct& cinfo) {
+    const int64_t pixels = int64_t{cinfo.image_width} * cinfo.image_height;
+    if (pixels > max_pixels) {
+      *error = "JPEG declares " + std::to_string(cinfo.image_width) + "x" +
+               std::to_string(cinfo.image_height) + " pixels, over the cap of " +
+               std::to_string(max_pixels) + " (--max-pixels)";
+      return false;
+    }
+    cinfo.out_color_space = is_cmyk(cinfo) ? JCS_CMYK : channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+    jpeg_start_decompress(&cinfo);
+    read_rows(cinfo, channels, 0, static_cast<int>(cinfo.output_height), out, cmyk);
+    jpeg_finish_decompress(&cinfo);
+    return true;
+  });
 }
 
 bool decode_png(const uint8_t* data, size_t size, int channels, int64_t max_pixels, Image* out,
@@ -154,78 +167,53 @@ bool is_jpeg(const uint8_t* data, size_t size) {
 }
 
 bool read_jpeg_header(const uint8_t* data, size_t size, JpegHeader* out, std::string* error) {
-  jpeg_decompress_struct cinfo;
-  JpegError err;
-  cinfo.err = jpeg_std_error(&err.mgr);
-  err.mgr.error_exit = jpeg_on_error;
-  err.mgr.emit_message = jpeg_on_message;
-  err.message[0] = '\0';
-  if (setjmp(err.jump)) {
-    jpeg_destroy_decompress(&cinfo);
-    *error = std::string("corrupt JPEG: ") + err.message;
-    return false;
-  }
-  jpeg_create_decompress(&cinfo);
-  jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
-  jpeg_read_header(&cinfo, TRUE);
-  out->height = static_cast<int>(cinfo.image_height);
-  out->width = static_cast<int>(cinfo.image_width);
-  out->components = cinfo.num_components;
-  out->cmyk = is_cmyk(cinfo);
-  jpeg_destroy_decompress(&cinfo);
-  return true;
+  return with_decompressor(data, size, error, [&](jpeg_decompress_struct& cinfo) {
+    out->height = static_cast<int>(cinfo.image_height);
+    out->width = static_cast<int>(cinfo.image_width);
+    out->components = cinfo.num_components;
+    out->cmyk = is_cmyk(cinfo);
+    return true;
+  });
 }
 
 bool decode_jpeg_region(const uint8_t* data, size_t size, int channels, const Region& region,
                         int min_h, int min_w, int margin, Image* out, Region* scaled,
                         std::string* error) {
-  jpeg_decompress_struct cinfo;
-  JpegError err;
   std::vector<uint8_t> cmyk;
-  cinfo.err = jpeg_std_error(&err.mgr);
-  err.mgr.error_exit = jpeg_on_error;
-  err.mgr.emit_message = jpeg_on_message;
-  err.message[0] = '\0';
-  if (setjmp(err.jump)) {
-    jpeg_destroy_decompress(&cinfo);
-    *error = std::string("corrupt JPEG: ") + err.message;
-    return false;
-  }
-  jpeg_create_decompress(&cinfo);
-  jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
-  jpeg_read_header(&cinfo, TRUE);
-  const double ih = cinfo.image_height, iw = cinfo.image_width;
-  if (!(region.h > 0 && region.w > 0 && region.y >= 0 && region.x >= 0 &&
-        region.y + region.h <= ih + 1e-6 && region.x + region.w <= iw + 1e-6)) {
-    jpeg_destroy_decompress(&cinfo);
-    *error = "crop region outside the " + std::to_string(cinfo.image_width) + "x" +
-             std::to_string(cinfo.image_height) + " image";
-    return false;
-  }
-  // Only the scales 1/8, 2/8, 4/8 and 8/8: libjpeg-turbo has SIMD inverse DCTs for those alone,
-  // and its plain-C 6x6 (with 12x12 for 4:2:0 chroma) cost more than the larger resize saved.
-  int num = 8;
-  while (num > 1 && region.h * (num / 2) / 8 >= min_h && region.w * (num / 2) / 8 >= min_w)
-    num /= 2;
-  cinfo.scale_num = static_cast<unsigned>(num);
-  cinfo.scale_denom = 8;
-  cinfo.out_color_space = is_cmyk(cinfo) ? JCS_CMYK : channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
-  jpeg_start_decompress(&cinfo);
-  // The scaled size is ceil(side * num / 8): map the region by the sizes' ratio.
-  const double sy = cinfo.output_height / ih, sx = cinfo.output_width / iw;
-  const int oh = static_cast<int>(cinfo.output_height), ow = static_cast<int>(cinfo.output_width);
-  const Region r{region.y * sy, region.x * sx, region.h * sy, region.w * sx};
-  const int y0 = std::max(0, static_cast<int>(std::floor(r.y)) - margin);
-  const int y1 = std::min(oh, static_cast<int>(std::ceil(r.y + r.h)) + margin);
-  const int x0 = std::max(0, static_cast<int>(std::floor(r.x)) - margin);
-  const int x1 = std::min(ow, static_cast<int>(std::ceil(r.x + r.w)) + margin);
-  JDIMENSION xoff = static_cast<JDIMENSION>(x0), cw = static_cast<JDIMENSION>(x1 - x0);
-  if (x0 > 0 || x1 < ow) jpeg_crop_scanline(&cinfo, &xoff, &cw);  // widens to the iMCU grid
-  read_rows(cinfo, channels, y0, y1, out, cmyk);
-  jpeg_abort_decompress(&cinfo);  // the rows below the region are not needed
-  jpeg_destroy_decompress(&cinfo);
-  *scaled = Region{r.y - y0, r.x - static_cast<double>(xoff), r.h, r.w};
-  return true;
+  return with_decompressor(data, size, error, [&](jpeg_decompress_struct& cinfo) {
+    const double ih = cinfo.image_height, iw = cinfo.image_width;
+    if (!(region.h > 0 && region.w > 0 && region.y >= 0 && region.x >= 0 &&
+          region.y + region.h <= ih + 1e-6 && region.x + region.w <= iw + 1e-6)) {
+      *error = "crop region outside the " + std::to_string(cinfo.image_width) + "x" +
+               std::to_string(cinfo.image_height) + " image";
+      return false;
+    }
+    // Only the scales 1/8, 2/8, 4/8 and 8/8: libjpeg-turbo has SIMD inverse DCTs for those
+    // alone, and its plain-C 6x6 (with 12x12 for 4:2:0 chroma) cost more than the larger resize
+    // saved.
+    int num = 8;
+    while (num > 1 && region.h * (num / 2) / 8 >= min_h && region.w * (num / 2) / 8 >= min_w)
+      num /= 2;
+    cinfo.scale_num = static_cast<unsigned>(num);
+    cinfo.scale_denom = 8;
+    cinfo.out_color_space = is_cmyk(cinfo) ? JCS_CMYK : channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+    jpeg_start_decompress(&cinfo);
+    // The scaled size is ceil(side * num / 8): map the region by the sizes' ratio.
+    const double sy = cinfo.output_height / ih, sx = cinfo.output_width / iw;
+    const int oh = static_cast<int>(cinfo.output_height),
+              ow = static_cast<int>(cinfo.output_width);
+    const Region r{region.y * sy, region.x * sx, region.h * sy, region.w * sx};
+    const int y0 = std::max(0, static_cast<int>(std::floor(r.y)) - margin);
+    const int y1 = std::min(oh, static_cast<int>(std::ceil(r.y + r.h)) + margin);
+    const int x0 = std::max(0, static_cast<int>(std::floor(r.x)) - margin);
+    const int x1 = std::min(ow, static_cast<int>(std::ceil(r.x + r.w)) + margin);
+    JDIMENSION xoff = static_cast<JDIMENSION>(x0), cw = static_cast<JDIMENSION>(x1 - x0);
+    if (x0 > 0 || x1 < ow) jpeg_crop_scanline(&cinfo, &xoff, &cw);  // widens to the iMCU grid
+    read_rows(cinfo, channels, y0, y1, out, cmyk);
+    jpeg_abort_decompress(&cinfo);  // the rows below the region are not needed
+    *scaled = Region{r.y - y0, r.x - static_cast<double>(xoff), r.h, r.w};
+    return true;
+  });
 }
 
 bool crop_resize_jpeg(const uint8_t* data, size_t size, int channels, int expect_h, int expect_w,
