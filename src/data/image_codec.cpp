@@ -140,15 +140,50 @@ bool decode_png(const uint8_t* data, size_t size, int channels, int64_t max_pixe
     png_image_free(&image);
     return false;
   }
-  image.format = channels == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
-  out->height = static_cast<int>(image.height);
-  out->width = static_cast<int>(image.width);
-  out->channels = channels;
-  out->pixels.resize(PNG_IMAGE_SIZE(image));
-  if (!png_image_finish_read(&image, nullptr, out->pixels.data(), 0, nullptr)) {
+  // Note [PNG samples]: the file's own samples, as PIL reads them (and so torchvision): 16-bit
+  // ones scaled by 1/257, alpha dropped (not composed onto black), colour to gray by BT.601 on
+  // the stored values. libpng's simplified API would treat 16-bit data as linear light and
+  // gamma-encode it (a 16-bit ramp came out up to 50 levels too bright), and compose alpha in
+  // linear light; so it is asked for the file's format, 16-bit kept linear (not converted),
+  // and the rest is done here. Linear output with alpha comes premultiplied: undone.
+  const bool color = (image.format & PNG_FORMAT_FLAG_COLOR) != 0;
+  const bool alpha = (image.format & PNG_FORMAT_FLAG_ALPHA) != 0;
+  const bool deep = (image.format & PNG_FORMAT_FLAG_LINEAR) != 0;
+  image.format = (color ? PNG_FORMAT_FLAG_COLOR : 0u) | (alpha ? PNG_FORMAT_FLAG_ALPHA : 0u) |
+                 (deep ? PNG_FORMAT_FLAG_LINEAR : 0u);
+  const int src_c = (color ? 3 : 1) + (alpha ? 1 : 0);
+  std::vector<uint8_t> raw(PNG_IMAGE_SIZE(image));
+  if (!png_image_finish_read(&image, nullptr, raw.data(), 0, nullptr)) {
     *error = std::string("corrupt PNG: ") + image.message;
     png_image_free(&image);
     return false;
+  }
+  out->height = static_cast<int>(image.height);
+  out->width = static_cast<int>(image.width);
+  out->channels = channels;
+  out->pixels.resize(static_cast<size_t>(out->height) * out->width * channels);
+  const uint16_t* raw16 = reinterpret_cast<const uint16_t*>(raw.data());
+  for (size_t i = 0; i < static_cast<size_t>(out->height) * out->width; ++i) {
+    int v[3];
+    for (int k = 0; k < (color ? 3 : 1); ++k) {
+      if (deep) {
+        uint32_t x = raw16[i * src_c + k];
+        if (alpha) {
+          const uint32_t a16 = raw16[i * src_c + src_c - 1];
+          x = a16 == 0 ? 0 : std::min<uint32_t>(65535, (x * 65535 + a16 / 2) / a16);
+        }
+        v[k] = static_cast<int>((x * 255 + 32767) / 65535);
+      } else {
+        v[k] = raw[i * src_c + k];
+      }
+    }
+    uint8_t* o = out->pixels.data() + i * channels;
+    if (channels == 1) {
+      o[0] = static_cast<uint8_t>(color ? (299 * v[0] + 587 * v[1] + 114 * v[2] + 500) / 1000
+                                        : v[0]);
+    } else {
+      for (int k = 0; k < 3; ++k) o[k] = static_cast<uint8_t>(color ? v[k] : v[0]);
+    }
   }
   return true;
 }
