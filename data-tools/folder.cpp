@@ -168,7 +168,8 @@ void decode_block(const std::vector<Item>& items, size_t begin, size_t end, cons
 }
 
 int64_t write_split(StoreWriter& writer, const std::string& name, const std::vector<Item>& items,
-                    const Settings& s, Progress& progress, int64_t& done, Skipped& skipped) {
+                    const Settings& s, Progress& progress, int64_t& done, Skipped& skipped,
+                    std::vector<int64_t>& per_class) {
   writer.begin_split(name);
   const size_t block = static_cast<size_t>(64 * s.threads);
   const size_t image_bytes = static_cast<size_t>(s.height) * s.width * s.channels;
@@ -189,6 +190,7 @@ int64_t write_split(StoreWriter& writer, const std::string& name, const std::vec
       kept.insert(kept.end(), pixels.begin() + (i - begin) * image_bytes,
                   pixels.begin() + (i - begin + 1) * image_bytes);
       labels.push_back(items[i].label);
+      ++per_class[static_cast<size_t>(items[i].label)];
     }
     writer.append(kept.data(), labels.data(), static_cast<int64_t>(labels.size()));
     progress.update(done += static_cast<int64_t>(end - begin));
@@ -267,7 +269,8 @@ void encode_one(const std::string& path, const Settings& s, bool sample_stats, E
 
 int64_t write_encoded_split(StoreWriter& writer, const std::string& name,
                             const std::vector<Item>& items, const Settings& s, Progress& progress,
-                            int64_t& done, Skipped& skipped, int64_t& kept) {
+                            int64_t& done, Skipped& skipped, int64_t& kept,
+                            std::vector<int64_t>& per_class) {
   writer.begin_split(name, SplitEncoding::kJpeg);
   const size_t block = static_cast<size_t>(64 * s.threads);
   std::vector<Encoded> out;
@@ -302,6 +305,7 @@ int64_t write_encoded_split(StoreWriter& writer, const std::string& name,
       sizes.push_back(static_cast<int64_t>(e.bytes.size()));
       shapes.insert(shapes.end(), e.shape, e.shape + 3);
       labels.push_back(items[i].label);
+      ++per_class[static_cast<size_t>(items[i].label)];
       if (!e.stats.empty())
         writer.add_train_pixels(e.stats.data(), static_cast<int64_t>(e.stats.size()) / s.channels);
       kept += e.kept ? 1 : 0;
@@ -538,9 +542,19 @@ int run_folder(const Args& args) {
                       static_cast<int64_t>(train.size() + val.size()));
     for (const auto& [name, items] : {std::pair{"train", &train}, std::pair{"val", &val}}) {
       if (items->empty()) continue;
+      std::vector<int64_t> per_class(names.size(), 0);
       counts.emplace_back(
-          name, jpeg ? write_encoded_split(writer, name, *items, s, progress, done, skipped, kept)
-                     : write_split(writer, name, *items, s, progress, done, skipped));
+          name, jpeg ? write_encoded_split(writer, name, *items, s, progress, done, skipped, kept,
+                                           per_class)
+                     : write_split(writer, name, *items, s, progress, done, skipped, per_class));
+      // A class whose every file was skipped would train as a class without examples.
+      for (size_t c = 0; c < names.size(); ++c) {
+        const bool had = std::any_of(items->begin(), items->end(), [&](const Item& it) {
+          return it.label == static_cast<int32_t>(c);
+        });
+        DDPV_CHECK(!had || per_class[c] > 0, "class '", names[c], "': every ", name,
+                   " image of it was skipped (see the warnings); fix or remove them");
+      }
     }
   }
   writer.commit();
