@@ -11,6 +11,9 @@
 // dataset + offsets: ImageStore::read_encoded) with an HDF5 variable-length uint8 dataset of the
 // same images written to a temporary file, reading the same random batches (warm page cache),
 // and prints the median milliseconds a batch for each.
+//   data_bench --resize
+// times our antialiased resize (codec::resize_region, Note [Resize]) of random RGB images to
+// 224x224 from the sizes bench/data/resize_peer.py gives OpenCV, one thread.
 #include <hdf5.h>
 #include <unistd.h>
 
@@ -23,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "data/image_codec.hpp"
 #include "ddpv/core/error.hpp"
 #include "ddpv/data/loader.hpp"
 
@@ -125,6 +129,29 @@ int compare_layouts(const ddpv::ImageStore& store, const std::string& split, int
   return 0;
 }
 
+int time_resize() {
+  std::mt19937 gen(0);
+  std::string json = "{\"bench\":\"resize\"";
+  for (const auto& [sh, sw] : {std::pair{328, 328}, std::pair{300, 400}, std::pair{160, 200}}) {
+    std::vector<uint8_t> src(static_cast<size_t>(sh) * sw * 3), dst(224 * 224 * 3);
+    for (auto& v : src) v = static_cast<uint8_t>(gen());
+    std::vector<float> scratch;
+    const ddpv::codec::Region whole{0, 0, static_cast<double>(sh), static_cast<double>(sw)};
+    for (int i = 0; i < 20; ++i)
+      ddpv::codec::resize_region(src.data(), sh, sw, 3, whole, true, dst.data(), 224, 224, &scratch);
+    const int n = 2000;
+    const auto t = std::chrono::steady_clock::now();
+    for (int i = 0; i < n; ++i)
+      ddpv::codec::resize_region(src.data(), sh, sw, 3, whole, true, dst.data(), 224, 224, &scratch);
+    const double us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t).count() / n;
+    std::printf("%dx%d -> 224 ours (antialiased triangle): %.0f us\n", sh, sw, us);
+    json += ",\"" + std::to_string(sh) + "x" + std::to_string(sw) + "_us\":" + std::to_string(us);
+  }
+  std::printf("%s}\n", json.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -156,6 +183,8 @@ int main(int argc, char** argv) {
       cold = true;
     else if (a == "--layouts")
       layouts = true;
+    else if (a == "--resize")
+      return time_resize();
     else
       usage("unknown argument '" + a + "'");
   }

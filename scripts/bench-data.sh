@@ -154,6 +154,22 @@ else
   echo "== cold run $cold_note"
 fi
 
+# Resizing: ours against OpenCV's imgproc (from PyPI, in a virtual environment of the bench's
+# own: the project does not depend on OpenCV; the comparison says whether it should).
+echo "== resize: ours and OpenCV's ($(date -u +%H:%M:%S))"
+logged resize_ours "$BIN/data_bench" --resize
+VENV=$WORK/venv
+if ! "$VENV/bin/python" -c "import cv2" 2>/dev/null; then
+  { "$PY" -m venv "$VENV" && timeout 600 "$VENV/bin/pip" install -q opencv-python-headless numpy; } \
+    >"$RAW/venv.out" 2>&1 || true
+fi
+if "$VENV/bin/python" -c "import cv2" 2>/dev/null; then
+  logged resize_peer "$VENV/bin/python" bench/data/resize_peer.py
+else
+  echo "OpenCV could not be installed from PyPI (see $RAW/venv.out): not measured" >"$RAW/resize_peer.out"
+  echo "{}" >>"$RAW/resize_peer.out"
+fi
+
 echo "== store_layout.py over the train images ($(date -u +%H:%M:%S))"
 logged store_layout "$PY" bench/data/store_layout.py --folder "$JPEGS/train" --images "$N_TRAIN" \
   "${LAYOUT_ARGS[@]}"
@@ -214,6 +230,21 @@ layout_cpp = json.load(open(os.path.join(raw, "layouts_cpp.json")))
 for k in ("flat", "vlen"):
     figures[f"store_cpp_{k}_batch_ms"] = {"ours": layout_cpp[f"{k}_ms"]}
 peer_run = runs("peer-*.json")[0]
+ours_rs = json.loads(open(os.path.join(raw, "resize_ours.out")).read().strip().splitlines()[-1])
+peer_lines = open(os.path.join(raw, "resize_peer.out")).read().strip().splitlines()
+peer_rs = json.loads(peer_lines[-1])
+parts = []
+for case in ("328x328", "300x400", "160x200"):
+    us = ours_rs[f"{case}_us"]
+    figures[f"resize_{case}_us"] = {"ours": round(us, 1)}
+    if peer_rs:
+        figures[f"resize_{case}_us"]["peer"] = peer_rs[f"{case}_area_us"]
+        parts.append(f"{case}: ours {us:.0f} us, OpenCV INTER_AREA {peer_rs[case + '_area_us']:.0f}, "
+                     f"INTER_LINEAR {peer_rs[case + '_linear_us']:.0f}")
+    else:
+        parts.append(f"{case}: ours {us:.0f} us")
+resize_text = "; ".join(parts) + (f" (OpenCV {peer_rs['opencv']})" if peer_rs else
+                                  " (OpenCV: " + peer_lines[0] + ")")
 meta = {
     "date": "$t0", "cpu": sh("lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1"),
     "cores": sh("getconf _NPROCESSORS_ONLN"),
@@ -248,6 +279,7 @@ lines = [
     f"- cold cache, ours: {cold_text}",
     f"- h5py: {layout_line}",
     f"- ImageStore (C++): {layout_cpp_line}",
+    "- resize to 224x224, one thread: " + resize_text,
 ]
 text = "\n".join(lines) + "\n"
 open(md_path, "w").write(text)

@@ -51,6 +51,13 @@ Taps make_taps(int in, double start, double extent, int out, bool clip) {
       w.assign(w.size(), 0.0);
       w[0] = total = 1.0;
     }
+    // Zero weights at the ends (upscaling's triangle spans 2 pixels of the 3 it touches) add
+    // nothing to a sum but its work: dropped.
+    while (w.size() > 1 && w.back() == 0.0) w.pop_back(), --hi;
+    size_t lead = 0;
+    while (lead + 1 < w.size() && w[lead] == 0.0) ++lead;
+    w.erase(w.begin(), w.begin() + static_cast<std::ptrdiff_t>(lead));
+    lo += static_cast<int>(lead);
     t.first[static_cast<size_t>(o)] = lo;
     t.count[static_cast<size_t>(o)] = hi - lo;
     for (size_t k = 0; k < w.size(); ++k)
@@ -73,13 +80,13 @@ __attribute__((target_clones("avx2", "default"))) void resample(const uint8_t* s
       (tx.first[static_cast<size_t>(dw - 1)] + tx.count[static_cast<size_t>(dw - 1)]) * c;
   const size_t mid_row = static_cast<size_t>(col1 - col0);
   mid.resize(mid_row);
-  float* m = mid.data();
+  float* __restrict m = mid.data();  // apart from src: bytes may alias anything otherwise
   for (int y = 0; y < dh; ++y) {
     const float* wy = ty.weights.data() + static_cast<size_t>(y) * ty.max_taps;
     const int first = ty.first[static_cast<size_t>(y)];
     std::fill(mid.begin(), mid.end(), 0.0f);
     for (int k = 0; k < ty.count[static_cast<size_t>(y)]; ++k) {
-      const uint8_t* in = src + static_cast<size_t>(first + k) * sw * c + col0;
+      const uint8_t* __restrict in = src + static_cast<size_t>(first + k) * sw * c + col0;
       const float wk = wy[k];
       for (size_t i = 0; i < mid_row; ++i) m[i] += wk * static_cast<float>(in[i]);
     }
