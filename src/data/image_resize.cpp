@@ -1,5 +1,7 @@
 // Antialiased bilinear resampling and center crop for the image-folder converter.
+#if defined(__SSE2__)
 #include <emmintrin.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -110,6 +112,7 @@ __attribute__((target_clones("avx2", "default"))) void resample(const uint8_t* s
         // One pixel's three channels in the lanes of one SSE register (the fourth lane reads the
         // next pixel, or the padding after the row, and is dropped): a multiply and an add per
         // tap, each lane summed in tap order as the scalar loop would.
+#if defined(__SSE2__)
         __m128 acc = _mm_setzero_ps();
         for (int k = 0; k < n; ++k)
           acc = _mm_add_ps(acc, _mm_mul_ps(_mm_set1_ps(w[k]), _mm_loadu_ps(p + 3 * k)));
@@ -117,6 +120,13 @@ __attribute__((target_clones("avx2", "default"))) void resample(const uint8_t* s
         _mm_store_si128(reinterpret_cast<__m128i*>(r),
                         _mm_cvttps_epi32(_mm_add_ps(acc, _mm_set1_ps(0.5f))));
         for (int ch = 0; ch < 3; ++ch) out[3 * x + ch] = static_cast<uint8_t>(std::min(r[ch], 255));
+#else
+        float a[3] = {0.0f, 0.0f, 0.0f};
+        for (int k = 0; k < n; ++k)
+          for (int ch = 0; ch < 3; ++ch) a[ch] += w[k] * p[3 * k + ch];
+        for (int ch = 0; ch < 3; ++ch)
+          out[3 * x + ch] = static_cast<uint8_t>(std::min(static_cast<int>(a[ch] + 0.5f), 255));
+#endif
       } else {
         for (int ch = 0; ch < c; ++ch) {
           float acc = 0.0f;
