@@ -118,10 +118,7 @@ int run_inspect(const Args& args) {
   std::printf("format      %s, version %lld\n", kStoreFormat,
               static_cast<long long>(store.format_version()));
   std::printf("source      %s\n", store.source().empty() ? "-" : store.source().c_str());
-  bool any_encoded = false;
-  for (const std::string& split : store.splits())
-    any_encoded = any_encoded || store.encoding(split) != SplitEncoding::kRaw;
-  if (any_encoded)
+  if (store.any_encoded())
     std::printf("images      JPEG, %d channels; training crops to %dx%d unless --crop\n",
                 store.channels(), store.height(), store.width());
   else

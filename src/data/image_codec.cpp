@@ -109,11 +109,8 @@ bool decode_jpeg(const uint8_t* data, size_t size, int channels, int64_t max_pix
                  std::string* error) {
   std::vector<uint8_t> cmyk;
   return with_decompressor(data, size, error, [&](jpeg_decompress_struct& cinfo) {
-    const int64_t pixels = int64_t{cinfo.image_width} * cinfo.image_height;
-    if (pixels > max_pixels) {
-      *error = "JPEG declares " + std::to_string(cinfo.image_width) + "x" +
-               std::to_string(cinfo.image_height) + " pixels, over the cap of " +
-               std::to_string(max_pixels) + " (--max-pixels)";
+    if (int64_t{cinfo.image_width} * cinfo.image_height > max_pixels) {
+      *error = pixel_cap_error("JPEG", cinfo.image_width, cinfo.image_height, max_pixels);
       return false;
     }
     cinfo.out_color_space = is_cmyk(cinfo) ? JCS_CMYK : channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
@@ -133,10 +130,8 @@ bool decode_png(const uint8_t* data, size_t size, int channels, int64_t max_pixe
     *error = std::string("corrupt PNG: ") + image.message;
     return false;
   }
-  const int64_t pixels = int64_t{image.width} * image.height;
-  if (pixels > max_pixels) {
-    *error = "PNG declares " + std::to_string(image.width) + "x" + std::to_string(image.height) +
-             " pixels, over the cap of " + std::to_string(max_pixels) + " (--max-pixels)";
+  if (int64_t{image.width} * image.height > max_pixels) {
+    *error = pixel_cap_error("PNG", image.width, image.height, max_pixels);
     png_image_free(&image);
     return false;
   }
@@ -197,6 +192,11 @@ void jpeg_throw(j_common_ptr cinfo) {
 
 }  // namespace
 
+std::string pixel_cap_error(const char* kind, int64_t width, int64_t height, int64_t cap) {
+  return std::string(kind) + " declares " + std::to_string(width) + "x" + std::to_string(height) +
+         " pixels, over the cap of " + std::to_string(cap) + " (--max-pixels)";
+}
+
 bool is_jpeg(const uint8_t* data, size_t size) {
   return size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF;
 }
@@ -213,12 +213,17 @@ bool read_jpeg_header(const uint8_t* data, size_t size, JpegHeader* out, std::st
 
 bool decode_jpeg_region(const uint8_t* data, size_t size, int channels, const Region& region,
                         int min_h, int min_w, int margin, Image* out, Region* scaled,
-                        std::string* error) {
+                        std::string* error, int expect_h, int expect_w) {
   std::vector<uint8_t> cmyk;
   return with_decompressor(data, size, error, [&](jpeg_decompress_struct& cinfo) {
     const double ih = cinfo.image_height, iw = cinfo.image_width;
-    if (!(region.h > 0 && region.w > 0 && region.y >= 0 && region.x >= 0 &&
-          region.y + region.h <= ih + 1e-6 && region.x + region.w <= iw + 1e-6)) {
+    if (expect_h > 0 && (static_cast<int>(ih) != expect_h || static_cast<int>(iw) != expect_w)) {
+      *error = "JPEG header says " + std::to_string(cinfo.image_height) + "x" +
+               std::to_string(cinfo.image_width) + " but the store's shape is " +
+               std::to_string(expect_h) + "x" + std::to_string(expect_w);
+      return false;
+    }
+    if (!region.within(ih, iw)) {
       *error = "crop region outside the " + std::to_string(cinfo.image_width) + "x" +
                std::to_string(cinfo.image_height) + " image";
       return false;
@@ -254,19 +259,11 @@ bool decode_jpeg_region(const uint8_t* data, size_t size, int channels, const Re
 bool crop_resize_jpeg(const uint8_t* data, size_t size, int channels, int expect_h, int expect_w,
                       const Region& region, bool clip, int dh, int dw, uint8_t* out,
                       TransformScratch* scratch, std::string* error) {
-  JpegHeader header;
-  if (!read_jpeg_header(data, size, &header, error)) return false;
-  if (header.height != expect_h || header.width != expect_w) {
-    *error = "JPEG header says " + std::to_string(header.height) + "x" +
-             std::to_string(header.width) + " but the store's shape is " +
-             std::to_string(expect_h) + "x" + std::to_string(expect_w);
-    return false;
-  }
   // Without clip the kernel reads up to its radius past the region: at most 2 scaled pixels,
   // as the scale chosen leaves the region under twice the output (Note [Reduced decoding]).
   Region scaled;
   if (!decode_jpeg_region(data, size, channels, region, dh, dw, clip ? 0 : 3, &scratch->decoded,
-                          &scaled, error))
+                          &scaled, error, expect_h, expect_w))
     return false;
   const Image& d = scratch->decoded;
   scaled.h = std::min(scaled.h, d.height - scaled.y);

@@ -25,7 +25,15 @@ bool decode_image(const uint8_t* data, size_t size, int channels, int64_t max_pi
 // A rectangle in an image's pixel coordinates; fractional where it is a scaled one.
 struct Region {
   double y = 0, x = 0, h = 0, w = 0;
+  // Non-empty and inside a height x width image (up to rounding of a scaled region).
+  bool within(double height, double width) const {
+    return h > 0 && w > 0 && y >= 0 && x >= 0 && y + h <= height + 1e-6 && x + w <= width + 1e-6;
+  }
 };
+
+// "<kind> declares WxH pixels, over the cap of N (--max-pixels)": the one line for an image
+// whose header claims more pixels than a decoder may allocate.
+std::string pixel_cap_error(const char* kind, int64_t width, int64_t height, int64_t cap);
 
 // A JPEG's header: its size and its components (1 gray, 3 YCbCr or RGB, 4 CMYK or YCCK).
 struct JpegHeader {
@@ -44,10 +52,11 @@ bool read_jpeg_header(const uint8_t* data, size_t size, JpegHeader* out, std::st
 // reads past the region, at the smallest scale at which the region is still at least
 // min_h x min_w pixels (so the final resize only shrinks, by less than 2). *scaled is the region in
 // the returned image's coordinates. A warning of libjpeg counts as an error, as in decode_image;
-// data after the last row needed is not looked at.
+// data after the last row needed is not looked at. With expect_h and expect_w the header must
+// say that size (checked before anything is decoded).
 bool decode_jpeg_region(const uint8_t* data, size_t size, int channels, const Region& region,
                         int min_h, int min_w, int margin, Image* out, Region* scaled,
-                        std::string* error);
+                        std::string* error, int expect_h = 0, int expect_w = 0);
 
 // Encoders (quality 95 JPEG; 8-bit PNG); channels 1 or 3. Throw ddpv::Error on failure.
 std::vector<uint8_t> encode_jpeg(const Image& image, int quality = 95);

@@ -70,11 +70,17 @@ Taps make_taps(int in, double start, double extent, int out, bool clip) {
   return t;
 }
 
+// The weights are positive and sum to 1, so a sum is in [0, 255] up to rounding: adding 0.5 and
+// truncating rounds (lround's ties-away-from-zero, at a fraction of its cost).
+inline uint8_t to_byte(float sum) {
+  return static_cast<uint8_t>(std::min(static_cast<int>(sum + 0.5f), 255));
+}
+
 // Columns first: each output row is a weighted sum of whole source rows (over the columns the
 // taps read), contiguous bytes that vectorise; then each of the dh rows is resampled to dw,
-// the scalar part, which so runs on dh rows and not on all the source rows of the window.
-// Built for AVX2 too (not FMA: the sums round the same on every machine, so a store converted
-// on one is the store converted on another).
+// which so runs on dh rows and not on all the source rows of the window, a pixel's three
+// channels in one SSE register. Built for AVX2 too (not FMA: the sums round the same on every
+// machine, so a store converted on one is the store converted on another).
 __attribute__((target_clones("avx2", "default"))) void resample(const uint8_t* src, int sw, int c,
                                                                 const Taps& tx, const Taps& ty,
                                                                 uint8_t* dst, int dh, int dw,
@@ -102,8 +108,6 @@ __attribute__((target_clones("avx2", "default"))) void resample(const uint8_t* s
       for (size_t i = 0; i < mid_row; ++i) m[i] += wk * static_cast<float>(in[i]);
     }
     uint8_t* out = dst + static_cast<size_t>(y) * dw * c;
-    // The weights are positive and sum to 1, so a sum is in [0, 255] up to rounding: adding 0.5
-    // and truncating rounds (lround's ties-away-from-zero, at a fraction of its cost).
     for (int x = 0; x < dw; ++x) {
       const float* w = tx.weights.data() + static_cast<size_t>(x) * tx.max_taps;
       const float* p = m + static_cast<size_t>(tx.first[static_cast<size_t>(x)]) * c - col0;
@@ -124,14 +128,13 @@ __attribute__((target_clones("avx2", "default"))) void resample(const uint8_t* s
         float a[3] = {0.0f, 0.0f, 0.0f};
         for (int k = 0; k < n; ++k)
           for (int ch = 0; ch < 3; ++ch) a[ch] += w[k] * p[3 * k + ch];
-        for (int ch = 0; ch < 3; ++ch)
-          out[3 * x + ch] = static_cast<uint8_t>(std::min(static_cast<int>(a[ch] + 0.5f), 255));
+        for (int ch = 0; ch < 3; ++ch) out[3 * x + ch] = to_byte(a[ch]);
 #endif
       } else {
         for (int ch = 0; ch < c; ++ch) {
           float acc = 0.0f;
           for (int k = 0; k < n; ++k) acc += w[k] * p[k * c + ch];
-          out[x * c + ch] = static_cast<uint8_t>(std::min(static_cast<int>(acc + 0.5f), 255));
+          out[x * c + ch] = to_byte(acc);
         }
       }
     }
@@ -141,18 +144,15 @@ __attribute__((target_clones("avx2", "default"))) void resample(const uint8_t* s
 }  // namespace
 
 void resize_bilinear_aa(const uint8_t* src, int sh, int sw, int c, uint8_t* dst, int dh, int dw) {
-  DDPV_CHECK(sh > 0 && sw > 0 && dh > 0 && dw > 0 && c > 0, "resize: empty image");
   std::vector<float> mid;
-  resample(src, sw, c, make_taps(sw, 0.0, sw, dw, true), make_taps(sh, 0.0, sh, dh, true), dst, dh,
-           dw, mid);
+  resize_region(src, sh, sw, c, Region{0, 0, static_cast<double>(sh), static_cast<double>(sw)},
+                true, dst, dh, dw, &mid);
 }
 
 void resize_region(const uint8_t* src, int sh, int sw, int c, const Region& region, bool clip,
                    uint8_t* dst, int dh, int dw, std::vector<float>* scratch) {
   DDPV_CHECK(sh > 0 && sw > 0 && dh > 0 && dw > 0 && c > 0, "resize: empty image");
-  DDPV_CHECK(region.h > 0 && region.w > 0 && region.y >= 0 && region.x >= 0 &&
-                 region.y + region.h <= sh + 1e-6 && region.x + region.w <= sw + 1e-6,
-             "resize: region outside the image");
+  DDPV_CHECK(region.within(sh, sw), "resize: region outside the image");
   resample(src, sw, c, make_taps(sw, region.x, region.w, dw, clip),
            make_taps(sh, region.y, region.h, dh, clip), dst, dh, dw, *scratch);
 }

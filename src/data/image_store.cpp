@@ -61,6 +61,7 @@ struct ImageStore::Impl {
 
   void read_attributes();
   void open_split(const std::string& name);
+  h5::Handle open_image_data(const std::string& dataset) const;
   void open_raw_images(const std::string& name, Split& s);
   void open_encoded_images(const std::string& name, Split& s);
 };
@@ -108,19 +109,26 @@ void ImageStore::Impl::read_attributes() {
   if (h5::has_attr(root, "source")) source = h5::read_attr_string(root, "source");
 }
 
+// Note [Chunk cache]: rows of a shuffled batch are scattered, one per chunk. Unfiltered chunks
+// are read in place when the cache is off (HDF5 then reads just the selected bytes); with the
+// default 1 MiB cache it would read whole chunks, hundreds of images for one. Filtered chunks
+// must be decompressed whole, so they get a cache large enough to keep many of them.
+// The cache belongs to HDF5's shared dataset object: close the probe before reopening.
+// For raw /images and encoded /data alike.
+h5::Handle ImageStore::Impl::open_image_data(const std::string& dataset) const {
+  bool filtered = false;
+  {
+    const h5::Handle probe = h5::open_dataset(file.get(), dataset);
+    filtered = !h5::dataset_layout(probe.get()).filters.empty();
+  }
+  return h5::open_dataset(file.get(), dataset, filtered ? size_t{64} << 20 : 0);
+}
+
 void ImageStore::Impl::open_raw_images(const std::string& name, Split& s) {
   const std::string images_path = name + "/images";
   STORE_CHECK(h5::is_dataset(file.get(), images_path), "split '", name,
               "' has no dataset 'images'");
-  s.images = h5::open_dataset(file.get(), images_path);
-  // Note [Chunk cache]: rows of a shuffled batch are scattered, one per chunk. Unfiltered chunks
-  // are read in place when the cache is off (HDF5 then reads just the selected bytes); with the
-  // default 1 MiB cache it would read whole chunks, hundreds of images for one. Filtered chunks
-  // must be decompressed whole, so they get a cache large enough to keep many of them.
-  // The cache belongs to HDF5's shared dataset object: close the probe before reopening.
-  const bool filtered = !h5::dataset_layout(s.images.get()).filters.empty();
-  s.images.reset();
-  s.images = h5::open_dataset(file.get(), images_path, filtered ? size_t{64} << 20 : 0);
+  s.images = open_image_data(images_path);
   const std::vector<int64_t> dims = h5::dataset_dims(s.images.get());
   const h5::TypeInfo it = h5::type_info(h5::dataset_type(s.images.get()).get());
   STORE_CHECK(it.cls == H5T_INTEGER && it.size == 1 && !it.is_signed, "/", images_path, " is ",
@@ -147,10 +155,7 @@ void ImageStore::Impl::open_encoded_images(const std::string& name, Split& s) {
   STORE_CHECK(!h5::exists(file.get(), name + "/images"), "split '", name,
               "' has both raw 'images' and encoded 'data'");
   const std::string data_path = name + "/data";
-  s.images = h5::open_dataset(file.get(), data_path);
-  const bool filtered = !h5::dataset_layout(s.images.get()).filters.empty();
-  s.images.reset();
-  s.images = h5::open_dataset(file.get(), data_path, filtered ? size_t{64} << 20 : 0);
+  s.images = open_image_data(data_path);
   const std::vector<int64_t> dims = h5::dataset_dims(s.images.get());
   const h5::TypeInfo it = h5::type_info(h5::dataset_type(s.images.get()).get());
   STORE_CHECK(it.cls == H5T_INTEGER && it.size == 1 && !it.is_signed, "/", data_path, " is ",
@@ -195,10 +200,9 @@ void ImageStore::Impl::open_encoded_images(const std::string& name, Split& s) {
     STORE_CHECK(s.offsets[k + 1] > s.offsets[k], "/", name, "/offsets[", i + 1, "] is ",
                 s.offsets[k + 1], ", not above offsets[", i, "] = ", s.offsets[k],
                 ": offsets must rise (no image is empty)");
-    const int32_t h = s.shapes[3 * k], w = s.shapes[3 * k + 1], c = s.shapes[3 * k + 2];
-    STORE_CHECK(h > 0 && w > 0 && h <= 65535 && w <= 65535 && (c == 1 || c == 3), "/", name,
-                "/shapes[", i, "] is (", h, ", ", w, ", ", c,
-                "): sides must be 1..65535 and channels 1 or 3");
+    const int32_t* shape = s.shapes.data() + 3 * k;
+    STORE_CHECK(plausible_shape(shape), "/", name, "/shapes[", i, "] is (", shape[0], ", ",
+                shape[1], ", ", shape[2], "): sides must be 1..65535 and channels 1 or 3");
   }
   STORE_CHECK(s.offsets.back() == dims[0], "/", name, "/offsets ends at ", s.offsets.back(),
               " but /", data_path, " holds ", dims[0], " bytes");
@@ -213,9 +217,7 @@ void ImageStore::Impl::open_split(const std::string& name) {
     STORE_CHECK(enc == "jpeg", "split '", name, "' has encoding '", enc,
                 "'; this build reads 'jpeg'");
     STORE_CHECK(version >= 2, "split '", name,
-                "' is encoded, which needs format_version 2 (the "
-                "file says ",
-                version, ")");
+                "' is encoded, which needs format_version 2 (the file says ", version, ")");
     s.encoding = SplitEncoding::kJpeg;
     open_encoded_images(name, s);
   } else {
@@ -293,6 +295,11 @@ const std::vector<int32_t>& ImageStore::labels(const std::string& split) const {
 }
 SplitEncoding ImageStore::encoding(const std::string& split) const {
   return impl_->split(split).encoding;
+}
+bool ImageStore::any_encoded() const {
+  for (const auto& [name, s] : impl_->splits)
+    if (s.encoding != SplitEncoding::kRaw) return true;
+  return false;
 }
 const std::vector<int32_t>& ImageStore::shapes(const std::string& split) const {
   return impl_->split(split).shapes;

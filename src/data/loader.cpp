@@ -139,7 +139,6 @@ struct Loader::State {
     if (!missing.empty()) store->read_encoded(opt.split, missing.data(), missing.size(), &read);
     // Where position i's bytes are: the arena, or the batch just read.
     std::vector<const uint8_t*> where(static_cast<size_t>(n));
-    std::vector<int64_t> bytes(static_cast<size_t>(n));
     const std::vector<int64_t>& offsets = store->offsets(opt.split);
     for (size_t m = 0; m < missing.size(); ++m) {
       const size_t row = static_cast<size_t>(missing[m]);
@@ -153,7 +152,6 @@ struct Loader::State {
     size_t m = 0;
     for (int64_t i = 0; i < n; ++i) {
       const size_t row = static_cast<size_t>(idx[i]);
-      bytes[static_cast<size_t>(i)] = offsets[row + 1] - offsets[row];
       if (cache_at[row] >= 0) {
         where[static_cast<size_t>(i)] = arena.get() + cache_at[row];
       } else {  // not kept: it was read now, at the first position asking for it
@@ -174,7 +172,7 @@ struct Loader::State {
       std::string error;
       DDPV_CHECK(
           codec::crop_resize_jpeg(
-              where[static_cast<size_t>(i)], static_cast<size_t>(bytes[static_cast<size_t>(i)]),
+              where[static_cast<size_t>(i)], static_cast<size_t>(offsets[row + 1] - offsets[row]),
               channels, h, w, codec::Region{region.y, region.x, region.h, region.w}, opt.augment,
               height, width, out.data(), &scratch[static_cast<size_t>(worker)], &error),
           "store ", store->path(), ": split '", opt.split, "' image ", idx[i], ": ", error,
@@ -267,7 +265,7 @@ Loader::Loader(const ImageStore& store, LoaderOptions options)
   DDPV_CHECK(o.threads >= 1 && o.threads <= 256, "loader threads must be in 1..256, got ",
              o.threads);
   DDPV_CHECK(o.crop_h >= 0 && o.crop_w >= 0 && o.crop_h <= 65535 && o.crop_w <= 65535,
-             "crop size must be in 1..65535");
+             "crop size must be in 0..65535 (0: the store's size)");
   s.encoded = store.encoding(o.split) != SplitEncoding::kRaw;
   s.height = store.height();
   s.width = store.width();
@@ -282,12 +280,12 @@ Loader::Loader(const ImageStore& store, LoaderOptions options)
   s.normalize.emplace(s.channels, store.mean().data(), inv_std.data());
   s.labels = &store.labels(o.split);
   s.pool = std::make_unique<WorkPool>(o.threads);
-  s.scratch.resize(static_cast<size_t>(o.threads));
-  s.resized.assign(static_cast<size_t>(o.threads), std::vector<uint8_t>(s.image_bytes));
 
   const int64_t n = store.split_size(o.split);
   const double split_mb = static_cast<double>(n) * static_cast<double>(s.image_bytes) / (1 << 20);
   if (s.encoded) {
+    s.scratch.resize(static_cast<size_t>(o.threads));
+    s.resized.assign(static_cast<size_t>(o.threads), std::vector<uint8_t>(s.image_bytes));
     s.shapes = &store.shapes(o.split);
     const std::vector<int64_t>& offsets = store.offsets(o.split);
     int64_t largest = 0;

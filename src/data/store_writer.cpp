@@ -248,10 +248,8 @@ void StoreWriter::append_encoded(const uint8_t* bytes, const int64_t* sizes, con
   std::vector<int64_t> ends(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     DDPV_CHECK(sizes[i] > 0, "image ", s.count + i, " of split '", s.split, "' is empty");
-    const int32_t* sh = shapes + 3 * i;
-    DDPV_CHECK(
-        sh[0] > 0 && sh[1] > 0 && sh[0] <= 65535 && sh[1] <= 65535 && (sh[2] == 1 || sh[2] == 3),
-        "image ", s.count + i, " of split '", s.split, "' has a bad shape");
+    DDPV_CHECK(plausible_shape(shapes + 3 * i), "image ", s.count + i, " of split '", s.split,
+               "' has a bad shape");
     total += sizes[i];
     ends[static_cast<size_t>(i)] = s.bytes_count + total;
   }

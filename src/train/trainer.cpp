@@ -70,11 +70,9 @@ void Trainer::Impl::open_data() {
     return;
   }
   data.store = std::make_unique<ImageStore>(o.data);
-  bool encoded = false;  // the model's input is the crop for JPEG splits, the images' size else
-  for (const std::string& split : data.store->splits())
-    encoded = encoded || data.store->encoding(split) != SplitEncoding::kRaw;
-  DDPV_CHECK(o.crop == 0 || encoded, "--crop ", o.crop, ": store ", o.data, " holds raw ",
-             data.store->height(), "x", data.store->width(),
+  // The model's input is the crop for JPEG splits, the images' size else.
+  DDPV_CHECK(o.crop == 0 || data.store->any_encoded(), "--crop ", o.crop, ": store ", o.data,
+             " holds raw ", data.store->height(), "x", data.store->width(),
              " images; --crop applies to JPEG stores (leave it out)");
   data.shape = {o.crop > 0 ? o.crop : data.store->height(),
                 o.crop > 0 ? o.crop : data.store->width(), data.store->channels(),

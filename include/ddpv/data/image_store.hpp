@@ -19,6 +19,13 @@ inline constexpr int64_t kStoreFormatVersion = 2;
 enum class SplitEncoding { kRaw, kJpeg };
 
 // Encoded images read for a batch: position i's bytes are bytes[begin[i], begin[i] + size[i]).
+// An encoded image's (height, width, channels) as /shapes holds it: sides 1..65535, channels
+// 1 or 3. The reader checks every one at open, the writer every one it appends.
+inline bool plausible_shape(const int32_t* shape) {
+  return shape[0] > 0 && shape[1] > 0 && shape[0] <= 65535 && shape[1] <= 65535 &&
+         (shape[2] == 1 || shape[2] == 3);
+}
+
 struct EncodedBatch {
   std::vector<uint8_t> bytes;
   std::vector<int64_t> begin, size;
@@ -54,6 +61,7 @@ class ImageStore {
   int64_t split_size(const std::string& split) const;  // throws listing the splits present
   const std::vector<int32_t>& labels(const std::string& split) const;  // (N), all validated
   SplitEncoding encoding(const std::string& split) const;
+  bool any_encoded() const;  // whether some split is encoded (the crop then sizes the model)
   // Encoded splits: (N, 3) height, width, channels of each encoded image, and (N + 1) byte
   // offsets into /data, all validated at open; empty for raw splits.
   const std::vector<int32_t>& shapes(const std::string& split) const;
