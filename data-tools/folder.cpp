@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <sstream>
@@ -11,6 +12,7 @@
 
 #include "convert.hpp"
 #include "data/image_codec.hpp"
+#include "data/work_pool.hpp"
 #include "ddpv/core/error.hpp"
 #include "ddpv/core/log.hpp"
 #include "ddpv/core/rng.hpp"
@@ -139,37 +141,40 @@ std::vector<fs::directory_entry> list_dir(const fs::path& dir) {
   return entries;
 }
 
-// Decodes and resizes the items of one block on `threads` threads; fills ok/errors per item.
-void decode_block(const std::vector<Item>& items, size_t begin, size_t end, const Settings& s,
-                  std::vector<uint8_t>& pixels, std::vector<std::string>& errors) {
-  const size_t image_bytes = static_cast<size_t>(s.height) * s.width * s.channels;
-  pixels.assign((end - begin) * image_bytes, 0);
+// Runs work(i, error) for items [begin, end) on the pool; an exception of one item (an
+// unreadable file, no memory for one image) becomes its error, so it is skipped, not fatal.
+void for_each_item(WorkPool& pool, size_t begin, size_t end, std::vector<std::string>& errors,
+                   const std::function<void(size_t, std::string&)>& work) {
   errors.assign(end - begin, "");
-  auto work = [&](size_t t) {
-    for (size_t i = begin + t; i < end; i += static_cast<size_t>(s.threads)) {
-      std::string& error = errors[i - begin];
-      try {
-        const std::vector<uint8_t> bytes = read_bytes(items[i].path);
-        codec::Image image;
-        if (!codec::decode_image(bytes.data(), bytes.size(), s.channels, s.max_pixels, &image,
-                                 &error))
-          continue;
-        const codec::Image out = codec::resize_center_crop(image, s.height, s.width);
-        std::copy(out.pixels.begin(), out.pixels.end(), pixels.begin() + (i - begin) * image_bytes);
-      } catch (const std::exception& e) {  // unreadable file, out of memory for one image
-        error = e.what();
-      }
+  pool.run(static_cast<int64_t>(end - begin), [&](int64_t k, int) {
+    std::string& error = errors[static_cast<size_t>(k)];
+    try {
+      work(begin + static_cast<size_t>(k), error);
+    } catch (const std::exception& e) {
+      error = e.what();
     }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < s.threads; ++t) pool.emplace_back(work, static_cast<size_t>(t));
-  work(0);
-  for (auto& th : pool) th.join();
+  });
 }
 
-int64_t write_split(StoreWriter& writer, const std::string& name, const std::vector<Item>& items,
-                    const Settings& s, Progress& progress, int64_t& done, Skipped& skipped,
-                    std::vector<int64_t>& per_class) {
+// Decodes and resizes the items of one block on the pool; fills pixels and errors per item.
+void decode_block(WorkPool& pool, const std::vector<Item>& items, size_t begin, size_t end,
+                  const Settings& s, std::vector<uint8_t>& pixels,
+                  std::vector<std::string>& errors) {
+  const size_t image_bytes = static_cast<size_t>(s.height) * s.width * s.channels;
+  pixels.assign((end - begin) * image_bytes, 0);
+  for_each_item(pool, begin, end, errors, [&](size_t i, std::string& error) {
+    const std::vector<uint8_t> bytes = read_bytes(items[i].path);
+    codec::Image image;
+    if (!codec::decode_image(bytes.data(), bytes.size(), s.channels, s.max_pixels, &image, &error))
+      return;
+    const codec::Image out = codec::resize_center_crop(image, s.height, s.width);
+    std::copy(out.pixels.begin(), out.pixels.end(), pixels.begin() + (i - begin) * image_bytes);
+  });
+}
+
+int64_t write_split(WorkPool& pool, StoreWriter& writer, const std::string& name,
+                    const std::vector<Item>& items, const Settings& s, Progress& progress,
+                    int64_t& done, Skipped& skipped, std::vector<int64_t>& per_class) {
   writer.begin_split(name);
   const size_t block = static_cast<size_t>(64 * s.threads);
   const size_t image_bytes = static_cast<size_t>(s.height) * s.width * s.channels;
@@ -178,7 +183,7 @@ int64_t write_split(StoreWriter& writer, const std::string& name, const std::vec
   std::vector<int32_t> labels;
   for (size_t begin = 0; begin < items.size(); begin += block) {
     const size_t end = std::min(items.size(), begin + block);
-    decode_block(items, begin, end, s, pixels, errors);
+    decode_block(pool, items, begin, end, s, pixels, errors);
     kept.clear();
     labels.clear();
     for (size_t i = begin; i < end; ++i) {
@@ -198,13 +203,12 @@ int64_t write_split(StoreWriter& writer, const std::string& name, const std::vec
   return writer.split_count();
 }
 
-// One image of an encoded split: its bytes and what they decode to; or the reason it is skipped.
+// One image of an encoded split: its bytes and what they decode to.
 struct Encoded {
   std::vector<uint8_t> bytes;
   int32_t shape[3] = {0, 0, 0};
   bool kept = false;           // the source's own JPEG bytes
   std::vector<uint8_t> stats;  // pixels (n, C) for the train statistics; empty when not sampled
-  std::string error;
 };
 
 // Note [Encoded statistics]: the train split's mean and std come from a full decode of every
@@ -218,25 +222,26 @@ constexpr size_t kStatsEvery = 8;
 // as it came (its quality untouched, no time spent encoding); anything else (a PNG, a CMYK
 // JPEG, one larger than --max-side) is decoded, shrunk to fit --max-side and encoded at
 // --quality.
-void encode_one(const std::string& path, const Settings& s, bool sample_stats, Encoded* e) {
+void encode_one(const std::string& path, const Settings& s, bool sample_stats, Encoded* e,
+                std::string* error) {
   const std::vector<uint8_t> src = read_bytes(path);
   codec::JpegHeader header;
   bool keep = false;
+  int height = 0, width = 0;  // of what is stored
   if (codec::is_jpeg(src.data(), src.size())) {
-    if (!codec::read_jpeg_header(src.data(), src.size(), &header, &e->error)) return;
+    if (!codec::read_jpeg_header(src.data(), src.size(), &header, &*error)) return;
     if (int64_t{header.height} * header.width > s.max_pixels) {
-      e->error = "JPEG declares " + std::to_string(header.width) + "x" +
-                 std::to_string(header.height) + " pixels, over the cap of " +
-                 std::to_string(s.max_pixels) + " (--max-pixels)";
+      *error = codec::pixel_cap_error("JPEG", header.width, header.height, s.max_pixels);
       return;
     }
     keep = !header.cmyk && (s.max_side == 0 || std::max(header.height, header.width) <= s.max_side);
   }
   if (keep) {
     e->bytes = src;
+    height = header.height, width = header.width;
   } else {
     codec::Image image;
-    if (!codec::decode_image(src.data(), src.size(), s.channels, s.max_pixels, &image, &e->error))
+    if (!codec::decode_image(src.data(), src.size(), s.channels, s.max_pixels, &image, &*error))
       return;
     const int side = std::max(image.height, image.width);
     if (s.max_side > 0 && side > s.max_side) {
@@ -251,54 +256,45 @@ void encode_one(const std::string& path, const Settings& s, bool sample_stats, E
       image = std::move(small);
     }
     e->bytes = codec::encode_jpeg(image, s.quality);
+    height = image.height, width = image.width;
   }
   e->kept = keep;
   // Validate what is stored (and sample the statistics) by decoding it.
   codec::Image decoded;
   codec::Region scaled;
-  if (!codec::read_jpeg_header(e->bytes.data(), e->bytes.size(), &header, &e->error)) return;
-  const codec::Region whole{0, 0, static_cast<double>(header.height),
-                            static_cast<double>(header.width)};
-  const int min_side = sample_stats ? std::max(header.height, header.width) : 1;
+  const codec::Region whole{0, 0, static_cast<double>(height), static_cast<double>(width)};
+  const int min_side = sample_stats ? std::max(height, width) : 1;
   if (!codec::decode_jpeg_region(e->bytes.data(), e->bytes.size(), s.channels, whole, min_side,
-                                 min_side, 0, &decoded, &scaled, &e->error))
+                                 min_side, 0, &decoded, &scaled, &*error, height, width))
     return;
-  e->shape[0] = header.height, e->shape[1] = header.width, e->shape[2] = s.channels;
+  e->shape[0] = height, e->shape[1] = width, e->shape[2] = s.channels;
   if (sample_stats) e->stats = std::move(decoded.pixels);
 }
 
-int64_t write_encoded_split(StoreWriter& writer, const std::string& name,
+int64_t write_encoded_split(WorkPool& pool, StoreWriter& writer, const std::string& name,
                             const std::vector<Item>& items, const Settings& s, Progress& progress,
                             int64_t& done, Skipped& skipped, int64_t& kept,
                             std::vector<int64_t>& per_class) {
   writer.begin_split(name, SplitEncoding::kJpeg);
   const size_t block = static_cast<size_t>(64 * s.threads);
   std::vector<Encoded> out;
+  std::vector<std::string> errors;
   std::vector<uint8_t> bytes;
   std::vector<int64_t> sizes;
   std::vector<int32_t> shapes, labels;
   for (size_t begin = 0; begin < items.size(); begin += block) {
     const size_t end = std::min(items.size(), begin + block);
     out.assign(end - begin, Encoded{});
-    auto work = [&](size_t t) {
-      for (size_t i = begin + t; i < end; i += static_cast<size_t>(s.threads)) {
-        Encoded& e = out[i - begin];
-        try {
-          encode_one(items[i].path, s, name == "train" && i % kStatsEvery == 0, &e);
-        } catch (const std::exception& ex) {  // unreadable file, out of memory for one image
-          e.error = ex.what();
-        }
-      }
-    };
-    std::vector<std::thread> pool;
-    for (int t = 1; t < s.threads; ++t) pool.emplace_back(work, static_cast<size_t>(t));
-    work(0);
-    for (auto& th : pool) th.join();
+    for_each_item(pool, begin, end, errors, [&](size_t i, std::string& error) {
+      encode_one(items[i].path, s, name == "train" && i % kStatsEvery == 0, &out[i - begin],
+                 &error);
+    });
     bytes.clear(), sizes.clear(), shapes.clear(), labels.clear();
     for (size_t i = begin; i < end; ++i) {
-      Encoded& e = out[i - begin];
-      if (!e.error.empty()) {
-        skipped.add(items[i].path, e.error, "corrupt or unreadable image");
+      const Encoded& e = out[i - begin];
+      const std::string& error = errors[i - begin];
+      if (!error.empty()) {
+        skipped.add(items[i].path, error, "corrupt or unreadable image");
         continue;
       }
       bytes.insert(bytes.end(), e.bytes.begin(), e.bytes.end());
@@ -536,25 +532,23 @@ int run_folder(const Args& args) {
   const std::string out = output_path(vm, inputs);
   StoreWriter writer(out, height, width, s.channels, names, "folder: " + root.string(), wopt);
   int64_t done = 0, kept = 0;
+  WorkPool pool(s.threads);
   std::vector<std::pair<std::string, int64_t>> counts;
   {
     Progress progress(jpeg ? "reading" : "decoding",
                       static_cast<int64_t>(train.size() + val.size()));
     for (const auto& [name, items] : {std::pair{"train", &train}, std::pair{"val", &val}}) {
       if (items->empty()) continue;
-      std::vector<int64_t> per_class(names.size(), 0);
-      counts.emplace_back(
-          name, jpeg ? write_encoded_split(writer, name, *items, s, progress, done, skipped, kept,
-                                           per_class)
-                     : write_split(writer, name, *items, s, progress, done, skipped, per_class));
+      std::vector<int64_t> listed(names.size(), 0), per_class(names.size(), 0);
+      for (const Item& it : *items) ++listed[static_cast<size_t>(it.label)];
+      counts.emplace_back(name, jpeg ? write_encoded_split(pool, writer, name, *items, s, progress,
+                                                           done, skipped, kept, per_class)
+                                     : write_split(pool, writer, name, *items, s, progress, done,
+                                                   skipped, per_class));
       // A class whose every file was skipped would train as a class without examples.
-      for (size_t c = 0; c < names.size(); ++c) {
-        const bool had = std::any_of(items->begin(), items->end(), [&](const Item& it) {
-          return it.label == static_cast<int32_t>(c);
-        });
-        DDPV_CHECK(!had || per_class[c] > 0, "class '", names[c], "': every ", name,
+      for (size_t c = 0; c < names.size(); ++c)
+        DDPV_CHECK(listed[c] == 0 || per_class[c] > 0, "class '", names[c], "': every ", name,
                    " image of it was skipped (see the warnings); fix or remove them");
-      }
     }
   }
   writer.commit();
