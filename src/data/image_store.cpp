@@ -38,6 +38,35 @@ struct Split {
   std::vector<int32_t> shapes;   // encoded: (N, 3)
 };
 
+// The distinct indices[0..n), sorted, each checked to lie in the split ("<noun> I outside split
+// 'S' of N images"): what read_rows and read_encoded merge into runs.
+std::vector<int64_t> distinct_sorted(const int64_t* indices, size_t n, int64_t size,
+                                     const std::string& split, const char* noun) {
+  for (size_t i = 0; i < n; ++i)
+    DDPV_CHECK(indices[i] >= 0 && indices[i] < size, noun, " ", indices[i], " outside split '",
+               split, "' of ", size, " images");
+  std::vector<int64_t> rows(indices, indices + n);
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  return rows;
+}
+
+// Calls run(i, j) for each run rows[i..j) of consecutive indices (Note [Reading a batch]).
+template <typename Run>
+void for_each_run(const std::vector<int64_t>& rows, Run&& run) {
+  for (size_t i = 0; i < rows.size();) {
+    size_t j = i + 1;
+    while (j < rows.size() && rows[j] == rows[j - 1] + 1) ++j;
+    run(i, j);
+    i = j;
+  }
+}
+
+// Where `index` is in rows (sorted, holding it).
+size_t position_in(const std::vector<int64_t>& rows, int64_t index) {
+  return static_cast<size_t>(std::lower_bound(rows.begin(), rows.end(), index) - rows.begin());
+}
+
 }  // namespace
 
 struct ImageStore::Impl {
@@ -335,13 +364,8 @@ void ImageStore::read_rows(const std::string& split, const int64_t* indices, siz
   DDPV_CHECK(s.encoding == SplitEncoding::kRaw, impl_->path, ": split '", split,
              "' is encoded: read it with read_encoded (internal)");
   if (n == 0) return;
-  for (size_t i = 0; i < n; ++i)
-    DDPV_CHECK(indices[i] >= 0 && indices[i] < s.size, "row ", indices[i], " outside split '",
-               split, "' of ", s.size, " images");
   // Sorted unique rows, and for each requested position its rank among them.
-  std::vector<int64_t> rows(indices, indices + n);
-  std::sort(rows.begin(), rows.end());
-  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  const std::vector<int64_t> rows = distinct_sorted(indices, n, s.size, split, "row");
   const bool in_order = rows.size() == n && std::equal(rows.begin(), rows.end(), indices);
 
   const size_t bytes = static_cast<size_t>(image_bytes());
@@ -354,9 +378,7 @@ void ImageStore::read_rows(const std::string& split, const int64_t* indices, siz
   h5::Handle fspace = h5::dataset_space(s.images.get());
   hsize_t block[4] = {rows.size(), static_cast<hsize_t>(impl_->height),
                       static_cast<hsize_t>(impl_->width), static_cast<hsize_t>(impl_->channels)};
-  for (size_t i = 0; i < rows.size();) {
-    size_t j = i + 1;
-    while (j < rows.size() && rows[j] == rows[j - 1] + 1) ++j;  // a run of consecutive rows
+  for_each_run(rows, [&](size_t i, size_t j) {
     const hsize_t fstart[4] = {static_cast<hsize_t>(rows[i]), 0, 0, 0};
     block[0] = j - i;
     DDPV_HDF5_CHECK(
@@ -369,14 +391,10 @@ void ImageStore::read_rows(const std::string& split, const int64_t* indices, siz
                             H5P_DEFAULT, dst + i * bytes),
                     impl_->path, ": cannot read rows [", rows[i], ", ", rows[j - 1] + 1, ") of /",
                     split, "/images");
-    i = j;
-  }
+  });
   if (in_order) return;
-  for (size_t i = 0; i < n; ++i) {
-    const size_t r =
-        static_cast<size_t>(std::lower_bound(rows.begin(), rows.end(), indices[i]) - rows.begin());
-    std::copy_n(dense.data() + r * bytes, bytes, out + i * bytes);
-  }
+  for (size_t i = 0; i < n; ++i)
+    std::copy_n(dense.data() + position_in(rows, indices[i]) * bytes, bytes, out + i * bytes);
 }
 
 void ImageStore::read_encoded(const std::string& split, const int64_t* indices, size_t n,
@@ -384,12 +402,7 @@ void ImageStore::read_encoded(const std::string& split, const int64_t* indices, 
   const Split& s = impl_->split(split);
   DDPV_CHECK(s.encoding != SplitEncoding::kRaw, impl_->path, ": split '", split,
              "' is raw: read it with read_rows (internal)");
-  for (size_t i = 0; i < n; ++i)
-    DDPV_CHECK(indices[i] >= 0 && indices[i] < s.size, "image ", indices[i], " outside split '",
-               split, "' of ", s.size, " images");
-  std::vector<int64_t> rows(indices, indices + n);
-  std::sort(rows.begin(), rows.end());
-  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  const std::vector<int64_t> rows = distinct_sorted(indices, n, s.size, split, "image");
   // Where each sorted row's bytes land in out->bytes: runs of rows are contiguous in /data, so
   // they are contiguous in the buffer too.
   int64_t total = 0;
@@ -399,9 +412,7 @@ void ImageStore::read_encoded(const std::string& split, const int64_t* indices, 
   std::vector<int64_t> at(rows.size());
   h5::Handle fspace = h5::dataset_space(s.images.get());
   int64_t pos = 0;
-  for (size_t i = 0; i < rows.size();) {
-    size_t j = i + 1;
-    while (j < rows.size() && rows[j] == rows[j - 1] + 1) ++j;
+  for_each_run(rows, [&](size_t i, size_t j) {
     const int64_t first = s.offsets[static_cast<size_t>(rows[i])],
                   last = s.offsets[static_cast<size_t>(rows[j - 1] + 1)];
     for (size_t k = i; k < j; ++k) at[k] = pos + s.offsets[static_cast<size_t>(rows[k])] - first;
@@ -416,15 +427,12 @@ void ImageStore::read_encoded(const std::string& split, const int64_t* indices, 
                     impl_->path, ": cannot read images [", rows[i], ", ", rows[j - 1] + 1, ") of /",
                     split, "/data");
     pos += last - first;
-    i = j;
-  }
+  });
   out->begin.resize(n);
   out->size.resize(n);
   for (size_t i = 0; i < n; ++i) {
-    const size_t r =
-        static_cast<size_t>(std::lower_bound(rows.begin(), rows.end(), indices[i]) - rows.begin());
     const size_t row = static_cast<size_t>(indices[i]);
-    out->begin[i] = at[r];
+    out->begin[i] = at[position_in(rows, indices[i])];
     out->size[i] = s.offsets[row + 1] - s.offsets[row];
   }
 }
