@@ -1,25 +1,38 @@
 #!/usr/bin/env bash
-# The GPU device check (issue 6), for a machine with one NVIDIA GPU (an H200), CUDA, cuDNN and
-# NCCL, PyTorch, and no package registry. In one run of under 6 minutes it
+# The GPU device check, for a machine with one NVIDIA GPU (an H100 or H200), CUDA, cuDNN and
+# NCCL, PyTorch, and no package registry. Such a machine is lent to some tasks by chance, for
+# about 15 minutes of device time in all, starts included, so this script is built to use one
+# run well and never to hang it. Within its budget (BUDGET_S, 330 s) it
 #   1. finds the binaries: carried prebuilt ones (.devlibs/, made here by
 #      scripts/pack-device-libs.sh), or a CUDA build there (CUDA_ARCHS=90) when that machine
-#      has our build dependencies (DDPV_DEVICE_BUILD=1 forces the build);
+#      has our build dependencies (DDPV_DEVICE_BUILD=1 forces the build; DDPV_DEVICE_BIN=DIR
+#      uses the binaries in DIR);
 #   2. installs the carried shared libraries the device lacks (never replacing a file);
-#   3. runs the GPU tests (cuda_*_test, and the op tests, whose CUDA cases run there), failed
-#      cases again under CUDA_LAUNCH_BLOCKING=1 and compute-sanitizer, and a few training steps
-#      of each model in both precisions;
+#   3. runs the GPU tests (scripts/gpu-tests.sh: the tests with CUDA cases), failed cases again
+#      under CUDA_LAUNCH_BLOCKING=1 and compute-sanitizer, and a few training steps of each
+#      model in both precisions;
 #   4. measures resnet50 224x224 --synthetic training throughput at batch 256, fp32 and bf16,
 #      with ddpv-train, and PyTorch's for the same model (channels_last, AMP bf16), and prints
 #      both and the ratio;
 #   5. profiles both: ddpv-train --profile-layers (with the cuDNN algorithm choices from the
-#      debug log) and PyTorch's profiler, in profile-*.txt (PROFILE=0 skips it).
-# Everything it prints also goes to $OUT/device-check.txt (OUT defaults to ./device-check-out),
-# with a dated entry for docs/performance.md in $OUT/performance-entry.md.
+#      debug log) and PyTorch's profiler (PROFILE=0 skips it).
+#
+# Note [One device run]: every program runs under `timeout -k` (ddpv-train turns SIGTERM into
+# "stop after this step", so a hang in its setup outlives a plain timeout; the KILL comes
+# KILL_S later), and each step's timeout is capped by what is left of BUDGET_S, so the whole
+# script ends within BUDGET_S + KILL_S + a few seconds whatever hangs. Logs go to LOGS
+# (outside $OUT), and an EXIT trap, which runs however the script ends, leaves exactly three
+# files in $OUT (the device tool brings back at most 8): summary.txt (the report, small),
+# performance-entry.md (the dated entry for docs/performance.md) and device-check-logs.tar.gz
+# (every log; cut to each file's last 512 KiB if the archive would pass 15 MiB).
 #
 #   device tool: run(command="scripts/device-check.sh", carry=[".devlibs"], timeout_s=420)
-#   knobs (environment): STEPS=30 WARMUP=10 BATCH=256 DDPV_DEVICE_BUILD=auto|1 SKIP_TESTS=1
+#   knobs (environment): BUDGET_S=330 KILL_S=10 STEPS=30 WARMUP=10 BATCH=256
+#                        DDPV_DEVICE_BUILD=auto|1 DDPV_DEVICE_BIN=DIR SKIP_TESTS=1
 #                        TESTS="cuda_parity_test ..." (a subset) MODELS="lenet resnet20 resnet18"
 #                        PROFILE=1 PROFILE_STEPS=6 RATES=1 (0: skip part 4)
+#                        OUT=DIR (default ./device-check-out) LOGS=DIR (default a fresh
+#                        /tmp/ddpv-device-check.XXXX)
 # Exit status 0: every test passed and all four rates were measured (with RATES=0: every test
 # passed); 1 otherwise; 2: no setup.
 set -uo pipefail
@@ -28,19 +41,67 @@ START=$(date +%s)
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT_DIR=${OUT:-$ROOT/device-check-out}
 mkdir -p "$OUT_DIR"
-REPORT=$OUT_DIR/device-check.txt
+LOGS=${LOGS:-$(mktemp -d /tmp/ddpv-device-check.XXXX)}
+mkdir -p "$LOGS"
+REPORT=$LOGS/device-check.txt
+ENTRY=$LOGS/performance-entry.md
 : >"$REPORT"
 STEPS=${STEPS:-30}    # timed steps per run
 WARMUP=${WARMUP:-10}  # steps before timing: cuDNN algorithm search, allocator growth
 BATCH=${BATCH:-256}
-BUDGET_S=${BUDGET_S:-345}  # stop starting new work after this, to end within 6 minutes
+BUDGET_S=${BUDGET_S:-330}  # every step ends by then; then the summary and the pack
+KILL_S=${KILL_S:-10}       # from a step's SIGTERM to its SIGKILL
 ORIG_LD=${LD_LIBRARY_PATH:-}
 PY=${PYTHON:-python3}
 
 elapsed() { echo $(($(date +%s) - START)); }
 say() { echo "[device-check +$(elapsed)s] $*" | tee -a "$REPORT"; }
 die() { say "FAILED: $*"; exit 2; }
-time_left() { (($(elapsed) < BUDGET_S)); }
+left() { echo $((BUDGET_S - $(elapsed))); }
+time_left() { (($(left) >= 5)); }
+capped() { # a step's timeout in seconds: N, or what is left of the budget when that is less
+  local n=$1 l
+  l=$(left)
+  ((l < n)) && n=$l
+  ((n < 1)) && n=1
+  echo "$n"
+}
+# run_capped N CMD...: CMD under timeout -k, for at most N seconds and never past the budget.
+# Its exit status is CMD's, or 124 (ended by SIGTERM) or 137 (killed).
+run_capped() {
+  local n
+  n=$(capped "$1")
+  shift
+  timeout -k "$KILL_S" "$n" "$@"
+}
+status_word() { # an exit status as the report says it
+  case $1 in
+    0) echo "ok" ;;
+    124) echo "timed out (rc 124)" ;;
+    137) echo "timed out, killed (rc 137)" ;;
+    *) echo "rc $1" ;;
+  esac
+}
+
+pack_out() { # the EXIT trap: summary, entry and one archive of the logs in $OUT
+  local rc=$? limit=$((15 * 1024 * 1024)) archive=$OUT_DIR/device-check-logs.tar.gz cut
+  trap - EXIT
+  say "exit status $rc; packing the logs into $archive"
+  tail -c 262144 "$REPORT" >"$OUT_DIR/summary.txt"
+  [[ -f $ENTRY ]] && cp "$ENTRY" "$OUT_DIR/performance-entry.md"
+  tar -C "$LOGS" -czf "$archive" . 2>/dev/null
+  if (($(stat -c %s "$archive" 2>/dev/null || echo 0) > limit)); then
+    cut=$(mktemp -d /tmp/ddpv-device-check-cut.XXXX)
+    (cd "$LOGS" && find . -type f -print0 | while IFS= read -r -d '' f; do
+      mkdir -p "$cut/$(dirname "$f")" && tail -c 524288 "$f" >"$cut/$f"
+    done)
+    tar -C "$cut" -czf "$archive" . 2>/dev/null
+    rm -rf "$cut"
+    echo "(logs cut to their last 512 KiB each: the archive was over 15 MiB)" >>"$OUT_DIR/summary.txt"
+  fi
+  exit "$rc"
+}
+trap pack_out EXIT
 
 say "host $(hostname), $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')"
 GPU=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
@@ -88,16 +149,20 @@ build_here() {
   local gen=() tests
   command -v ninja >/dev/null && gen=(-G Ninja)
   say "building with CUDA (CUDA_ARCHS=90) in build-device"
-  cmake -S "$ROOT" -B "$ROOT/build-device" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
+  run_capped 120 cmake -S "$ROOT" -B "$ROOT/build-device" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
     -DDDPV_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCUDAToolkit_ROOT="$CUDA_HOME" \
-    -DDDPV_BUILD_BENCH=OFF >"$OUT_DIR/build.log" 2>&1 || die "configure failed: see build.log"
-  tests=$(cd "$ROOT/tests/unit" && ls cuda_*_test.cpp op_*_test.cpp 2>/dev/null | sed 's/\.cpp$//')
+    -DDDPV_BUILD_BENCH=OFF >"$LOGS/build.log" 2>&1 || die "configure failed: see build.log"
+  tests=$("$ROOT/scripts/gpu-tests.sh")
   # shellcheck disable=SC2086
-  cmake --build "$ROOT/build-device" -j "$(nproc)" --target ddpv-train $tests \
-    >>"$OUT_DIR/build.log" 2>&1 || { tail -30 "$OUT_DIR/build.log"; die "build failed: see build.log"; }
+  run_capped "$BUDGET_S" cmake --build "$ROOT/build-device" -j "$(nproc)" --target ddpv-train $tests \
+    >>"$LOGS/build.log" 2>&1 || { tail -30 "$LOGS/build.log"; die "build failed: see build.log"; }
   BIN=$ROOT/build-device/bin
 }
-if [[ ${DDPV_DEVICE_BUILD:-auto} != 1 && -x $ROOT/.devlibs/bin/ddpv-train ]]; then
+if [[ -n ${DDPV_DEVICE_BIN:-} ]]; then
+  [[ -x $DDPV_DEVICE_BIN/ddpv-train ]] || die "DDPV_DEVICE_BIN=$DDPV_DEVICE_BIN holds no ddpv-train"
+  BIN=$(cd "$DDPV_DEVICE_BIN" && pwd)
+  say "using the binaries in $BIN"
+elif [[ ${DDPV_DEVICE_BUILD:-auto} != 1 && -x $ROOT/.devlibs/bin/ddpv-train ]]; then
   BIN=$ROOT/.devlibs/bin
   say "using the carried binaries: $(tr '\n' ';' <"$ROOT/.devlibs/MANIFEST" 2>/dev/null)"
 else
@@ -148,17 +213,17 @@ export DDPV_SOURCE_DIR=$ROOT DDPV_BIN_DIR=$BIN OMP_NUM_THREADS=${OMP_NUM_THREADS
 SANITIZER=$(command -v compute-sanitizer || ls "$CUDA_HOME"/bin/compute-sanitizer 2>/dev/null || true)
 rerun_failed() {  # binary name
   local t=$1 name=$2 case log sanitize=1
-  for case in $(sed -n 's/^\[  FAILED  \] \([^ ,]*\).*/\1/p' "$OUT_DIR/tests/$name.log" | sort -u); do
+  for case in $(sed -n 's/^\[  FAILED  \] \([^ ,]*\).*/\1/p' "$LOGS/tests/$name.log" | sort -u); do
     [[ $case == *.* ]] || continue
     time_left || return
-    log=$OUT_DIR/tests/$name.${case//\//_}.rerun.log
+    log=$LOGS/tests/$name.${case//\//_}.rerun.log
     {
       echo "== $case, CUDA_LAUNCH_BLOCKING=1"
-      CUDA_LAUNCH_BLOCKING=1 timeout 60 "$t" --gtest_color=no --gtest_filter="$case" 2>&1 | tail -25
+      CUDA_LAUNCH_BLOCKING=1 run_capped 60 "$t" --gtest_color=no --gtest_filter="$case" 2>&1 | tail -25
       if [[ -n $SANITIZER ]] && ((sanitize)); then  # the first case only: it is slow
         sanitize=0
         echo "== $case, compute-sanitizer --tool memcheck"
-        timeout 90 "$SANITIZER" --tool memcheck --print-limit 4 "$t" --gtest_color=no \
+        run_capped 90 "$SANITIZER" --tool memcheck --print-limit 4 "$t" --gtest_color=no \
           --gtest_filter="$case" 2>&1 | grep -v '^\[ \|^Running main\|^$' | head -60
       fi
     } >"$log" 2>&1
@@ -171,23 +236,23 @@ rerun_failed() {  # binary name
 TEST_SUMMARY=""
 TESTS_OK=1
 if [[ ${SKIP_TESTS:-0} != 1 ]]; then
-  mkdir -p "$OUT_DIR/tests"
-  for t in "$BIN"/cuda_*_test "$BIN"/op_*_test; do
-    [[ -x $t ]] || continue
-    time_left || { say "time budget reached: skipping the remaining tests"; break; }
-    name=$(basename "$t")
+  mkdir -p "$LOGS/tests"
+  for name in $("$ROOT/scripts/gpu-tests.sh"); do
+    t=$BIN/$name
     [[ -z ${TESTS:-} || " $TESTS " == *" $name "* ]] || continue
-    timeout 90 "$t" --gtest_color=no >"$OUT_DIR/tests/$name.log" 2>&1
+    [[ -x $t ]] || { say "test $name: not among the binaries"; TESTS_OK=0; continue; }
+    time_left || { say "time budget reached: skipping the remaining tests"; TESTS_OK=0; break; }
+    run_capped 90 "$t" --gtest_color=no >"$LOGS/tests/$name.log" 2>&1
     rc=$?
-    passed=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$OUT_DIR/tests/$name.log" | tail -1)
-    skipped=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$OUT_DIR/tests/$name.log" | tail -1)
-    failed=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$OUT_DIR/tests/$name.log" | tail -1)
-    line="$name: rc $rc, passed ${passed:-0}, skipped ${skipped:-0}, failed ${failed:-0}"
+    passed=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$LOGS/tests/$name.log" | tail -1)
+    skipped=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$LOGS/tests/$name.log" | tail -1)
+    failed=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$LOGS/tests/$name.log" | tail -1)
+    line="$name: $(status_word $rc), passed ${passed:-0}, skipped ${skipped:-0}, failed ${failed:-0}"
     ((rc == 0)) || TESTS_OK=0
     say "test $line"
     TEST_SUMMARY+="$line"$'\n'
     if ((rc != 0)); then
-      grep -E '^\[  FAILED  \]|Failure|error|what\(\)' "$OUT_DIR/tests/$name.log" | head -12 | tee -a "$REPORT"
+      grep -E '^\[  FAILED  \]|Failure|error|what\(\)' "$LOGS/tests/$name.log" | head -12 | tee -a "$REPORT"
       rerun_failed "$t" "$name"
     fi
   done
@@ -200,12 +265,12 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
   for model in ${MODELS:-lenet resnet20 resnet18}; do
     for prec in fp32 bf16; do
       time_left || break 2
-      log=$OUT_DIR/tests/train-$model-$prec.log
-      timeout 90 "$BIN/ddpv-train" --model "$model" --synthetic --device cuda --batch-size 16 \
+      log=$LOGS/tests/train-$model-$prec.log
+      run_capped 90 "$BIN/ddpv-train" --model "$model" --synthetic --device cuda --batch-size 16 \
         --synthetic-size 64 --max-steps 4 --precision "$prec" >"$log" 2>&1
       rc=$?
       ((rc == 0)) || TESTS_OK=0
-      line="train $model $prec: rc $rc"
+      line="train $model $prec: $(status_word $rc)"
       say "$line: $(grep -E '^done|rror' "$log" | tail -1)"
       TEST_SUMMARY+="$line"$'\n'
     done
@@ -217,15 +282,16 @@ fi
 # rest combined as total images / total time (a harmonic mean of the records' rates).
 LOG_EVERY=5
 ddpv_rate() {  # precision -> images/s, or "failed"
-  local prec=$1 metrics=$OUT_DIR/ddpv-resnet50-$1.jsonl total=$((STEPS + WARMUP))
+  local prec=$1 metrics=$LOGS/ddpv-resnet50-$1.jsonl total=$((STEPS + WARMUP))
   rm -f "$metrics"
-  timeout 150 "$BIN/ddpv-train" --model resnet50 --synthetic --device cuda \
+  run_capped 150 "$BIN/ddpv-train" --model resnet50 --synthetic --device cuda \
     --batch-size "$BATCH" --synthetic-size $((BATCH * total)) --max-steps "$total" \
     --precision "$prec" --log-every "$LOG_EVERY" --metrics "$metrics" \
-    >"$OUT_DIR/ddpv-resnet50-$prec.log" 2>&1
+    >"$LOGS/ddpv-resnet50-$prec.log" 2>&1
   local rc=$?
   if ((rc != 0)); then
-    tail -5 "$OUT_DIR/ddpv-resnet50-$prec.log" | sed 's/^/    /' | tee -a "$REPORT" >&2
+    say "  ddpv-train resnet50 $prec: $(status_word $rc)" >&2
+    tail -5 "$LOGS/ddpv-resnet50-$prec.log" | sed 's/^/    /' | tee -a "$REPORT" >&2
     echo failed
     return
   fi
@@ -245,8 +311,8 @@ EOF
 # With PROFILE=1 it then runs PyTorch's profiler over PROFILE_STEPS more steps of each model,
 # into profile-torch.txt (part 5).
 torch_rates() {  # prints "fp32 RATE" and "bf16 RATE" lines
-  LD_LIBRARY_PATH=$ORIG_LD PYTHONUNBUFFERED=1 timeout 240 $PY - "$ROOT" "$BATCH" "$WARMUP" "$STEPS" \
-    "$TORCH_PROFILE_STEPS" "$OUT_DIR/profile-torch.txt" <<'EOF'
+  LD_LIBRARY_PATH=$ORIG_LD PYTHONUNBUFFERED=1 run_capped 240 $PY - "$ROOT" "$BATCH" "$WARMUP" "$STEPS" \
+    "$TORCH_PROFILE_STEPS" "$LOGS/profile-torch.txt" <<'EOF'
 import os, sys, time
 import torch
 import torch.nn as nn
@@ -352,21 +418,21 @@ if [[ ${RATES:-1} == 1 || $TORCH_PROFILE_STEPS != 0 ]] && time_left; then
     [[ $prec == fp32 || $prec == bf16 ]] || continue
     THEIRS[$prec]=$rate
     say "  torch $prec: $rate img/s ($src)"
-  done < <(torch_rates 2>"$OUT_DIR/torch.log")
-  [[ ${RATES:-1} != 1 || -n ${THEIRS[bf16]:-} ]] || tail -5 "$OUT_DIR/torch.log" | tee -a "$REPORT"
+  done < <(torch_rates 2>"$LOGS/torch.log")
+  [[ ${RATES:-1} != 1 || -n ${THEIRS[bf16]:-} ]] || tail -5 "$LOGS/torch.log" | tee -a "$REPORT"
 fi
 
 # ---- 5. where the time goes: our layer profile and PyTorch's, resnet50 fp32 and bf16 ----------
 # ddpv-train --profile-layers (Note [Layer profile]) with the debug log, which names the cuDNN
 # algorithm each convolution chose and what cudnnFind timed it at; PyTorch's profile of its
 # twin came from part 4. PROFILE=0 skips this part.
-ddpv_profile() {  # precision [batchnorm path] -> $OUT_DIR/profile-ddpv-PREC[-PATH].txt
+ddpv_profile() {  # precision [batchnorm path] -> $LOGS/profile-ddpv-PREC[-PATH].txt
   local prec=$1 bn=${2:-} total=$((PROFILE_STEPS + 5))
-  local file=$OUT_DIR/profile-ddpv-$prec${bn:+-$bn}.txt
-  DDPV_LOG_LEVEL=debug timeout 120 "$BIN/ddpv-train" ${bn:+--cuda-bn "$bn"} --model resnet50 \
+  local file=$LOGS/profile-ddpv-$prec${bn:+-$bn}.txt
+  DDPV_LOG_LEVEL=debug run_capped 120 "$BIN/ddpv-train" ${bn:+--cuda-bn "$bn"} --model resnet50 \
     --synthetic --device cuda --batch-size "$BATCH" --synthetic-size $((BATCH * total)) \
     --max-steps "$total" --precision "$prec" --profile-layers --no-progress >"$file" 2>&1 ||
-    say "  ddpv profile $prec ${bn:-}: exit status $?"
+    say "  ddpv profile $prec ${bn:-}: $(status_word $?)"
   sed -n '/^layer profile/,/^  by kind/p' "$file" | head -25 | tee -a "$REPORT"
   sed -n '/^  by kind/,/^done/p' "$file" | tee -a "$REPORT"
 }
@@ -377,8 +443,8 @@ if [[ ${PROFILE:-1} == 1 ]]; then
   # BatchNorm through cuDNN's plain functions, as before the first GPU run (Note [BatchNorm on
   # cuDNN]): the comparison that says whether the Ex functions paid.
   if time_left; then say "profile: the same, fp32, --cuda-bn legacy"; ddpv_profile fp32 legacy; fi
-  if [[ -s $OUT_DIR/profile-torch.txt ]]; then  # written in part 4
-    grep -A14 '^== torch' "$OUT_DIR/profile-torch.txt" | cut -c1-150 | tee -a "$REPORT"
+  if [[ -s $LOGS/profile-torch.txt ]]; then  # written in part 4
+    grep -A14 '^== torch' "$LOGS/profile-torch.txt" | cut -c1-150 | tee -a "$REPORT"
   fi
 fi
 
@@ -408,8 +474,8 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%
   for prec in fp32 bf16; do
     echo "| $prec | ${OURS[$prec]:-n/a} | ${THEIRS[$prec]:-n/a} | $(ratio "${OURS[$prec]:-0}" "${THEIRS[$prec]:-0}") |"
   done
-} >"$OUT_DIR/performance-entry.md"
-say "done in $(elapsed) s; report: $REPORT, entry for docs/performance.md: $OUT_DIR/performance-entry.md"
+} >"$ENTRY"
+say "done in $(elapsed) s; in $OUT_DIR at exit: summary.txt (this report), performance-entry.md (for docs/performance.md), device-check-logs.tar.gz"
 # Exit status: 0 when every test passed and all four rates were measured (none asked for with
 # RATES=0, a tests-only rerun).
 if [[ ${RATES:-1} == 1 ]]; then

@@ -80,6 +80,19 @@ World::~World() {
 
 const std::string& World::host() const { return host_name(); }
 
+int World::device_index(int visible_devices) const {
+  // One visible GPU per rank is how a scheduler binds them (Slurm's --gpus-per-task=1 sets
+  // CUDA_VISIBLE_DEVICES per rank), and then every rank's GPU is its device 0. With several
+  // visible, the node's ranks take one each; two ranks on one GPU would fail later in NCCL
+  // ("duplicate GPU"), so too many ranks for the GPUs is refused here, on every rank alike.
+  DDPV_CHECK(visible_devices <= 1 || local_size_ <= visible_devices, local_size_,
+             " ranks run on host ", host(), " but it has only ", visible_devices,
+             " visible GPUs: start at most ", visible_devices,
+             " ranks per node (mpirun --map-by ppr:", visible_devices,
+             ":node), or give each rank a GPU of its own (srun --gpus-per-task=1)");
+  return visible_devices > 1 ? local_rank_ % visible_devices : 0;
+}
+
 void World::broadcast_bytes(void* data, size_t bytes, int root) const {
   DDPV_CHECK(bytes <= static_cast<size_t>(INT32_MAX), "broadcast of ", bytes,
              " bytes is larger than one MPI message");

@@ -31,7 +31,7 @@ Trainer::Impl::Impl(const TrainOptions& options, World& w)
   try {
     BackendOptions bo;
     bo.device = resolve_device(o.device);
-    bo.device_index = world.device_index();
+    if (bo.device == Device::kCuda) bo.device_index = world.device_index(cuda_device_count());
     bo.threads =
         o.threads > 0 ? o.threads : auto_threads(world.local_size());  // Note [Threads per rank]
     if (o.loader_threads == 0) o.loader_threads = bo.threads;

@@ -38,7 +38,23 @@ TEST(World, RankSizeAndNodeLocalRank) {
   // mpirun here starts every rank on this one host.
   EXPECT_EQ(world.local_size(), size);
   EXPECT_EQ(world.local_rank(), rank);
-  EXPECT_EQ(world.device_index(), world.local_rank());
+  // One GPU per rank: the local rank among as many as there are ranks, GPU 0 where a
+  // scheduler shows each rank one GPU alone (or none: a CPU run).
+  EXPECT_EQ(world.device_index(size), world.local_rank());
+  EXPECT_EQ(world.device_index(size + 3), world.local_rank());
+  EXPECT_EQ(world.device_index(1), 0);
+  EXPECT_EQ(world.device_index(0), 0);
+  if (size > 2) {  // more ranks on this host than GPUs: refused alike on every rank
+    try {
+      (void)world.device_index(2);
+      ADD_FAILURE() << size << " ranks were given 2 GPUs";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::to_string(size) + " ranks run on host"),
+                std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("only 2 visible GPUs"), std::string::npos) << e.what();
+    }
+  }
   EXPECT_FALSE(world.host().empty());
   EXPECT_EQ(error_rank(), rank);
   EXPECT_TRUE(world.thread_multiple());

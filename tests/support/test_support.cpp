@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <random>
@@ -114,7 +115,10 @@ DeviceLabels::DeviceLabels(Backend* b, const std::vector<int32_t>& host) {
 }
 
 std::string source_path(const std::string& relative) {
-  return std::string(DDPV_SOURCE_DIR) + "/" + relative;
+  // The environment first: a test binary carried to another machine (the device check) finds
+  // the source tree where that machine has it; the build's path is the fallback.
+  const char* dir = std::getenv("DDPV_SOURCE_DIR");
+  return std::string(dir != nullptr && *dir != '\0' ? dir : DDPV_SOURCE_DIR) + "/" + relative;
 }
 
 std::string read_bytes(const std::string& path) {

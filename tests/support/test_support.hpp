@@ -70,7 +70,9 @@ struct DeviceLabels {
   const int32_t* data() const { return t.data<int32_t>(); }
 };
 
-// Path of a file in the source tree, e.g. source_path("tests/golden/lenet.h5").
+// Path of a file in the source tree, e.g. source_path("tests/golden/lenet.h5"): under
+// $DDPV_SOURCE_DIR when that is set (ctest sets it; so does the device check), else under
+// the tree the test was built from.
 std::string source_path(const std::string& relative);
 
 // A whole file as bytes, and a file made of `bytes` (replacing what was there).

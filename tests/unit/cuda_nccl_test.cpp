@@ -22,7 +22,7 @@ TEST(CudaNccl, OneRankCollectivesAreCorrectAndStreamOrdered) {
   ASSERT_EQ(world.size(), 1) << "run this test as a single process";
   BackendOptions opt;
   opt.device = Device::kCuda;
-  opt.device_index = world.device_index();
+  opt.device_index = world.device_index(cuda_device_count());
   auto gpu = make_backend(opt);
   auto comm = make_communicator(world, *gpu);
   EXPECT_NE(comm->name().find("nccl"), std::string::npos) << comm->name();

@@ -47,8 +47,10 @@ class World {
   int local_rank() const { return local_rank_; }  // among the ranks on this node
   int local_size() const { return local_size_; }
   const std::string& host() const;
-  // The device ordinal this rank drives (one rank = one GPU): the node-local rank.
-  int device_index() const { return local_rank_; }
+  // The GPU ordinal this rank drives (one rank = one GPU) among the `visible_devices` it sees:
+  // local_rank % visible_devices, so 0 where a scheduler shows each rank its own GPU alone.
+  // Throws when the node has more ranks than visible GPUs (more than one).
+  int device_index(int visible_devices) const;
   bool is_root() const { return rank_ == 0; }
   bool thread_multiple() const { return thread_multiple_; }
 
