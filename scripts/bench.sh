@@ -4,7 +4,8 @@
 # of two independent 1-rank runs at once: the machine's ceiling for scaling; and of our step
 # on 2 ranks with a barrier after each, against 1: the step-synchronous ceiling; and of
 # arithmetic in registers as long as that step, the same way: the arithmetic ceiling), the sgemm
-# peak for the roofline, and the wall time to 91% test accuracy on Fashion-MNIST.
+# peak for the roofline, the wall time to 91% test accuracy on Fashion-MNIST, and the
+# precision rows: fp32 and bf16 side by side (below, "precision").
 # Ours and PyTorch's alternate, ROUNDS times; bench/peer/report.py prints medians and ratios,
 # writes bench/results/latest.md and latest.png, and appends the run's figures to
 # bench/results/history.jsonl (bench/plot_history.py draws them). Method: docs/performance.md.
@@ -20,6 +21,11 @@
 #                      $RESULTS_DIR/history.jsonl; HISTORY= appends nothing; QUICK and
 #                      SKIP_TTA runs are never appended)
 #   UPDATE_DOCS=1      also put the table into docs/performance.md (between its bench markers)
+#   SKIP_PRECISION=1   no precision rows
+#   TORCH_CURRENT=SPEC the current PyTorch for the precision rows, a pip requirement
+#                      (default: torch, the latest release), in $BUILD_DIR/bench-run/torch-venv;
+#                      TORCH_CURRENT= skips it
+#   COMPILE=0          no torch.compile runs in the precision rows
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -168,6 +174,82 @@ for r in $(seq 1 "$ROUNDS"); do
     echo "   $m: arithmetic as long as our step, the same way, done"
   done
 done
+
+# ---- precision: fp32 and bf16 side by side ---------------------------------------------
+# Ours in fp32 and bf16, PyTorch 1.13 (Debian's) and the current release (PyPI, a virtual
+# environment made here) in fp32 and with CPU autocast to bf16, each in its faster memory
+# format (resnet50: channels_last), the current one also through torch.compile at 1 rank;
+# lenet and resnet20 at 1 and 2 ranks, resnet50 at 224x224 with batch 16 on 1 rank. Every run
+# also logs which convolution implementations oneDNN chose (their names carry the ISA).
+# A run that is refused or fails is recorded as such, not fatal. Where the CPU has no native
+# bf16 (AMX or AVX512-BF16) and no AVX-512 to emulate it on, oneDNN has no bf16 convolution
+# and PyTorch falls back to loops about 20x slower than its fp32: no bf16 run is made there,
+# and bench/peer/precision.py says so instead of a ratio.
+prec_ok() {  # name, then a command: its output to $RAW/name.log, its exit status to name.rc
+  local name=$1 rc=0
+  shift
+  "$@" >"$RAW/$name.log" 2>&1 || rc=$?
+  echo "$rc" >"$RAW/$name.rc"
+  [ "$rc" = 0 ] || echo "   $name: exit $rc (recorded): $(grep -v '^\s*$' "$RAW/$name.log" | tail -1 | cut -c1-150)"
+}
+if [ "${SKIP_PRECISION:-0}" != 1 ]; then
+  flags=$(grep -m1 '^flags' /proc/cpuinfo)
+  bf16_runs=1
+  case " $flags " in
+    *" amx_bf16 "* | *" avx512_bf16 "* | *" avx512f "*) ;;
+    *) bf16_runs=0 ;;
+  esac
+  TORCH_CURRENT=${TORCH_CURRENT-torch}
+  VENV=$BUILD_DIR/bench-run/torch-venv
+  CURPY=""
+  if [ -n "$TORCH_CURRENT" ]; then
+    echo "== precision: current PyTorch ($TORCH_CURRENT) into $VENV ($(date -u +%H:%M:%S))"
+    if { [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"; } &&
+      timeout 1200 "$VENV/bin/pip" install -q --upgrade "$TORCH_CURRENT" numpy >"$RAW/prec-venv.log" 2>&1 &&
+      "$VENV/bin/python" -c "import torch" >>"$RAW/prec-venv.log" 2>&1; then
+      CURPY=$VENV/bin/python
+    else
+      echo "   could not install $TORCH_CURRENT from PyPI (see $RAW/prec-venv.log): not measured"
+    fi
+  fi
+  prec_peer() {  # python label model ranks precision formats batch warmup timed [--compile]
+    local py=$1 label=$2 m=$3 np=$4 p=$5 f=$6 b=$7 w=$8 t=$9 c=${10:-} name
+    name=prec-$label-$m-w$np-$p${c:+-compile}
+    LD_LIBRARY_PATH=$OPENBLAS_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} prec_ok "$name" \
+      timeout 900 "$py" bench/peer/torch_ddp.py --model "$m" --world-size "$np" --threads 1 \
+      --batch-size "$b" --lr $SYN_LR --warmup "$w" --steps "$t" --formats "$f" \
+      --precision "$p" --isa --json "$RAW/$name.json" $c
+  }
+  prec_ours() {  # model ranks precision batch warmup timed
+    local m=$1 np=$2 p=$3 b=$4 w=$5 t=$6 name=prec-ours-$1-w$2-$3
+    prec_ok "$name" run_ours "$np" --synthetic --model "$m" --batch-size "$b" --precision "$p" \
+      --lr $SYN_LR --lr-schedule constant --max-steps $((w + t)) --log-every "$w" \
+      --metrics "$RAW/$name.jsonl"
+    # Which convolutions oneDNN ran for us: two more steps with its verbose log on.
+    [ "$(cat "$RAW/$name.rc")" = 0 ] && DNNL_VERBOSE=1 run_ours 1 --synthetic --model "$m" \
+      --batch-size "$b" --precision "$p" --max-steps 2 --log-every 1 >"$RAW/$name.verbose" 2>&1
+    return 0
+  }
+  R50_W=$([ "$QUICK" = 1 ] && echo 1 || echo 2) R50_T=$([ "$QUICK" = 1 ] && echo 1 || echo 4)
+  for m in lenet resnet20 resnet50; do
+    for np in 1 2; do
+      [ $m = resnet50 ] && [ $np = 2 ] && continue
+      b=$BATCH w=${WARMUP[$m]:-$R50_W} t=${TIMED[$m]:-$R50_T} fmts=nchw,channels_last
+      [ $m = resnet50 ] && { b=16; fmts=channels_last; }
+      echo "== precision: $m x$np, batch $b ($(date -u +%H:%M:%S))"
+      for p in fp32 bf16; do
+        if [ $p = bf16 ] && [ $bf16_runs = 0 ]; then continue; fi
+        prec_ours $m $np $p $b "$w" "$t"
+        prec_peer "$PY" torch113 $m $np $p $fmts $b "$w" "$t"
+        [ -n "$CURPY" ] && prec_peer "$CURPY" torchcur $m $np $p $fmts $b "$w" "$t"
+        if [ -n "$CURPY" ] && [ "${COMPILE:-1}" = 1 ] && [ $np = 1 ] && [ $m != resnet50 ]; then
+          prec_peer "$CURPY" torchcur $m $np $p channels_last $b "$w" "$t" --compile
+        fi
+      done
+    done
+  done
+  echo "$bf16_runs" >"$RAW/prec-bf16-runs"
+fi
 
 if [ "$SKIP_TTA" != 1 ]; then
   store=$BUILD_DIR/bench-run/fashion-mnist.h5  # converted once, kept between runs

@@ -18,6 +18,7 @@ import statistics
 import sys
 
 import history
+import precision
 from raw_results import collect, time_to_target
 
 GFLOP_PER_IMAGE = {"resnet20": 0.245, "lenet": 0.0665}  # training (3x forward), as model_bench
@@ -485,6 +486,9 @@ def main(argv):
         elif ours_tta or theirs_tta:
             chart["tta"] = "the target not reached\nin every round"
     md = markdown(rows, res, peak1, peak, ours_tta, theirs_tta, balanced_tta, meta)
+    prec = precision.markdown(a.raw)  # the precision rows, when the run made them
+    if prec:
+        md += "\n" + prec
     with open(a.md, "w") as f:
         f.write("# ddpvision vs PyTorch DDP (`make bench`)\n\n" + md)
     chart_png(chart, a.png, f"ddpvision vs PyTorch DDP, {meta['cpu']}, {meta['date']}"

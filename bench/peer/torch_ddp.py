@@ -5,6 +5,9 @@ threads and world size as ddpv-train, so scripts/bench.sh can put the two side b
 Synthetic throughput (NCHW and channels_last, both reported, the faster named "best"):
     torch_ddp.py --model resnet20 --world-size 2 --threads 1 --batch-size 64 \\
                  --warmup 3 --steps 12 --json out.json
+Mixed precision as AMP does it on CPU (torch.autocast("cpu", torch.bfloat16) around forward
+and loss; fp32 weights, gradients and optimizer), and optionally through torch.compile:
+    torch_ddp.py --model resnet50 --precision bf16 [--compile] --batch-size 16 ...
 Time to a test accuracy on the real Fashion-MNIST store made by ddpv-convert (lenet):
     torch_ddp.py --fashion-mnist store.h5 --world-size 2 --epochs 6 --lr 0.05 \\
                  --target 0.91 --json out.json
@@ -113,7 +116,9 @@ import ddpv_torch  # noqa: E402  (scripts/ddpv_torch.py: the twins of our model 
 # A 1-channel conv weight (lenet's conv1) has ambiguous strides; DDP copes, but warns each run.
 warnings.filterwarnings("ignore", message="Grad strides do not match bucket view strides")
 
-INPUT_HWC = {"lenet": (28, 28, 1), "resnet20": (32, 32, 3), "resnet56": (32, 32, 3)}
+INPUT_HWC = {"lenet": (28, 28, 1), "resnet20": (32, 32, 3), "resnet56": (32, 32, 3),
+             "resnet50": (224, 224, 3)}
+CLASSES = {"resnet50": 1000}  # as ddpv-train --synthetic (src/train/batch_source.cpp); else 10
 FORMATS = {"nchw": torch.contiguous_format, "channels_last": torch.channels_last}
 
 
@@ -129,6 +134,13 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--formats", default="nchw,channels_last",
                    help="memory formats to measure, in this order (nchw, channels_last)")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                   help="bf16: autocast to bfloat16 around forward and loss, as AMP")
+    p.add_argument("--compile", action="store_true",
+                   help="train the torch.compile'd model (PyTorch 2 and later)")
+    p.add_argument("--isa", action="store_true",
+                   help="after timing, one step with oneDNN's verbose log on: record which "
+                   "convolution implementations (and so which ISA) oneDNN chose")
     p.add_argument("--warmup", type=int, default=5, help="untimed steps per format")
     p.add_argument("--steps", type=int, default=30, help="timed steps per format")
     p.add_argument("--fashion-mnist", metavar="STORE", default="",
@@ -150,6 +162,8 @@ def parse_args(argv):
     for f in a.formats.split(","):
         if f not in FORMATS:
             p.error(f"--formats: unknown format '{f}' (use nchw and/or channels_last)")
+    if a.compile and not hasattr(torch, "compile"):
+        p.error(f"--compile: PyTorch {torch.__version__} has no torch.compile (PyTorch 2 has)")
     if a.fashion_mnist:
         a.model = "lenet"
         if len(a.formats.split(",")) != 1:
@@ -160,7 +174,8 @@ def parse_args(argv):
 def build(args, fmt):
     """The model with ours' initialisation, its DDP wrapper (world > 1) and the SGD optimizer."""
     torch.manual_seed(args.seed)
-    model = ddpv_torch.make_model(args.model, args.input_hwc or INPUT_HWC[args.model], 10)
+    model = ddpv_torch.make_model(args.model, args.input_hwc or INPUT_HWC[args.model],
+                                  CLASSES.get(args.model, 10))
     for m in model.modules():
         if isinstance(m, nn.Conv2d) and args.model != "lenet":
             nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
@@ -174,13 +189,36 @@ def build(args, fmt):
         # Broadcasts rank 0's parameters once. No per-step buffer broadcast: ours keeps each
         # rank's BatchNorm statistics and averages them before evaluation only.
         model = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)
+    if args.compile:
+        model = torch.compile(model)
     return model, opt
 
 
-def train_step(model, opt, x, y):
+def train_step(model, opt, x, y, bf16=False):
     opt.zero_grad(set_to_none=True)
-    F.cross_entropy(model(x), y).backward()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        loss = F.cross_entropy(model(x), y)
+    loss.backward()
     opt.step()
+
+
+def conv_implementations(step):
+    """The oneDNN convolution implementations that one call of step() ran, from oneDNN's
+    verbose log (written to the process's stdout, so fd 1 is redirected around the call)."""
+    from onednn_verbose import conv_implementations as parse
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with tempfile.TemporaryFile(mode="w+") as log:
+        os.dup2(log.fileno(), 1)
+        try:
+            with torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON):
+                step()
+        finally:
+            sys.stdout.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
+        log.seek(0)
+        return parse(log.read())
 
 
 def barrier(args):
@@ -193,22 +231,29 @@ def synthetic(args, rank):
     h, w, c = INPUT_HWC[args.model]
     g = torch.Generator().manual_seed(1000 + rank)
     batches = [(torch.randn(args.batch_size, c, h, w, generator=g),
-                torch.randint(0, 10, (args.batch_size,), generator=g)) for _ in range(2)]
+                torch.randint(0, CLASSES.get(args.model, 10), (args.batch_size,), generator=g))
+               for _ in range(2)]
+    bf16 = args.precision == "bf16"
     result = {}
     for fmt in args.formats.split(","):
         model, opt = build(args, fmt)
         model.train()
         data = [(x.contiguous(memory_format=FORMATS[fmt]), y) for x, y in batches]
         for i in range(args.warmup):
-            train_step(model, opt, *data[i % 2])
+            train_step(model, opt, *data[i % 2], bf16=bf16)
         barrier(args)
         t0 = time.perf_counter()
         for i in range(args.steps):
-            train_step(model, opt, *data[i % 2])
+            train_step(model, opt, *data[i % 2], bf16=bf16)
         barrier(args)
         seconds = time.perf_counter() - t0
         result[fmt] = {"images_per_s": args.world_size * args.batch_size * args.steps / seconds,
                        "timed_s": seconds}
+        if args.isa:  # every rank steps (DDP's allreduce), rank 0 keeps the log
+            step = lambda: train_step(model, opt, *data[0], bf16=bf16)  # noqa: E731
+            impls = conv_implementations(step) if rank == 0 else step()
+            if rank == 0:
+                result[fmt]["conv_impls"] = impls
         del model, opt
     best = max(result, key=lambda f: result[f]["images_per_s"])
     return {"mode": "synthetic", "formats": result, "best_format": best,
@@ -330,7 +375,8 @@ def run(rank, args, init_file):
         out = fashion_mnist(args, rank) if args.fashion_mnist else synthetic(args, rank)
         if rank == 0:
             out.update(model=args.model, world_size=args.world_size, threads=args.threads,
-                       batch_size=args.batch_size, torch=torch.__version__, blas=blas_library(),
+                       batch_size=args.batch_size, precision=args.precision,
+                       compiled=args.compile, torch=torch.__version__, blas=blas_library(),
                        allocator=os.environ.get("DDPV_PEER_ALLOCATOR", "system (not chosen)"))
             text = json.dumps(out)
             print(text, flush=True)
