@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # `make demo`: converts the real Fashion-MNIST from the Debian package into an HDF5 store,
 # trains lenet on 2 MPI ranks, and reports test accuracy, images/s and where the metrics and
-# the plot are. A few minutes on a 2-core machine.
+# the plot are. A few minutes on a 2-core machine. PRECISION=bf16 trains with bf16 activations
+# (--precision bf16), EPOCHS=N for another length.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 BIN=$BUILD_DIR/bin
 OUT=$BUILD_DIR/demo
 EPOCHS=${EPOCHS:-4}
+PRECISION=${PRECISION:-fp32}
 PY=/usr/bin/python3
 FMNIST=/usr/share/datasets/fashion-mnist
 mkdir -p "$OUT"
@@ -23,11 +25,12 @@ if ! "$BIN/ddpv-convert" inspect "$OUT/fashion-mnist.h5" >/dev/null 2>&1; then
     --out "$OUT/fashion-mnist.h5"
 fi
 
-echo "== training lenet on 2 ranks for $EPOCHS epochs"
+echo "== training lenet on 2 ranks for $EPOCHS epochs ($PRECISION)"
 rm -f "$OUT/run.jsonl"
 ${MPIRUN:-mpirun} -np 2 "${mpirun_args[@]}" "$BIN/ddpv-train" --data "$OUT/fashion-mnist.h5" \
   --model lenet --epochs "$EPOCHS" --batch-size 64 --lr 0.05 --momentum 0.9 --weight-decay 5e-4 \
-  --lr-schedule cosine --no-augment --checkpoint-dir "$OUT/checkpoints" --metrics "$OUT/run.jsonl"
+  --lr-schedule cosine --no-augment --precision "$PRECISION" --checkpoint-dir "$OUT/checkpoints" \
+  --metrics "$OUT/run.jsonl"
 
 summary() { "$PY" -c "import json,sys; r=[json.loads(l) for l in open('$OUT/run.jsonl') if '\"summary\"' in l][-1]; print(r['$1'])"; }
 acc=$(summary val_acc)

@@ -93,19 +93,17 @@ class BatchNorm2dLayer final : public Layer, public Fusable {
     check_input(x);
     const int n = static_cast<int>(x.shape()[0]);
     if (training) {
-      op_->forward_train(n, x.data<float>(), gamma_.value, beta_.value, y.data<float>(),
-                         mean_.value, var_.value);
+      op_->forward_train(n, cact(x), gamma_.value, beta_.value, mact(y), mean_.value, var_.value);
     } else {
-      op_->forward_infer(n, x.data<float>(), gamma_.value, beta_.value, mean_.value, var_.value,
-                         y.data<float>());
+      op_->forward_infer(n, cact(x), gamma_.value, beta_.value, mean_.value, var_.value, mact(y));
     }
   }
 
   void backward(const Tensor& x, const Tensor&, const Tensor& dy, Tensor* dx, bool accumulate,
                 const GradReadyFn& ready) override {
     DDPV_CHECK(dx != nullptr, "layer ", name_, ": BatchNorm always needs its input gradient");
-    op_->backward(static_cast<int>(x.shape()[0]), x.data<float>(), gamma_.value, dy.data<float>(),
-                  dx->data<float>(), gamma_.grad, beta_.grad, accumulate);
+    op_->backward(static_cast<int>(x.shape()[0]), cact(x), gamma_.value, cact(dy), mact(*dx),
+                  gamma_.grad, beta_.grad, accumulate);
     report(beta_, ready);
     report(gamma_, ready);
   }

@@ -19,24 +19,31 @@ Shape batch_shape(int64_t n, const Shape& per_sample) {
 // change took half as long or less than before, for lenet and resnet20 alike, with the steady
 // step of 64 unchanged, so an epoch's short last step no longer costs a round of page faults
 // (docs/architecture.md, "Memory between layers").
-void ensure_tensor(Tensor& t, const Shape& shape, Backend& backend) {
-  if (t.owns_memory() && t.shape() == shape) return;
-  if (t.owns_memory() && t.dtype() == DType::kF32 &&
-      static_cast<size_t>(shape.numel()) * sizeof(float) <= t.capacity()) {
+void ensure_tensor(Tensor& t, const Shape& shape, Backend& backend, DType dtype) {
+  if (t.owns_memory() && t.shape() == shape && t.dtype() == dtype) return;
+  if (t.owns_memory() && t.dtype() == dtype &&
+      static_cast<size_t>(shape.numel()) * dtype_size(dtype) <= t.capacity()) {
     t = t.fit(shape);  // Note [Grow-only activations]
     return;
   }
-  t = Tensor::empty(shape, DType::kF32, backend.allocator());
+  t = Tensor::empty(shape, dtype, backend.allocator());
+}
+
+void ensure_tensor(Tensor& t, const Shape& shape, Backend& backend) {
+  ensure_tensor(t, shape, backend, backend.activation_dtype());
 }
 
 void Layer::check_input(const Tensor& x) const {
   const Shape& s = x.shape();
-  bool ok = s.rank() == in_.rank() + 1 && x.dtype() == DType::kF32;
+  // f32 (the model's input) or the backend's activation dtype (Note [Activation dtype]).
+  const DType act = backend_ != nullptr ? backend_->activation_dtype() : DType::kF32;
+  bool ok = s.rank() == in_.rank() + 1 && (x.dtype() == DType::kF32 || x.dtype() == act);
   for (int i = 0; ok && i < in_.rank(); ++i) ok = s[i + 1] == in_[i];
   if (!ok) {
     std::string expected = "(N";
     for (int64_t d : in_.dims()) expected += ", " + std::to_string(d);
-    DDPV_FAIL("layer ", name_, ": expected an f32 input ", expected, "), got ", x.str());
+    DDPV_FAIL("layer ", name_, ": expected an f32", act == DType::kF32 ? "" : " or bf16", " input ",
+              expected, "), got ", x.str());
   }
 }
 

@@ -168,7 +168,7 @@ const Tensor& Model::forward(const Tensor& x, bool training) {
     ensure_tensor(impl_->blocked_input, x.shape(), backend_);
     backend_.relayout(static_cast<int>(x.shape()[0]), static_cast<int>(input_[0]),
                       static_cast<int>(input_[1]), static_cast<int>(input_[2]), 0,
-                      impl_->input_block, x.data<float>(), impl_->blocked_input.data<float>());
+                      impl_->input_block, cact(x), mact(impl_->blocked_input));
     impl_->input = impl_->blocked_input;
   }
   return impl_->seq.forward(impl_->input, training);

@@ -55,7 +55,7 @@ class ResidualBlock final : public Layer {
     const Tensor& m = main_.forward(x, training);
     const Tensor& s = shortcut_.forward(x, training);
     ProfileScope timed(backend_, profile_name_, profile_kind_, ProfilePhase::kForward);
-    backend_->add_relu(y.numel(), m.data<float>(), s.data<float>(), y.data<float>());
+    backend_->add_relu(y.numel(), cact(m), cact(s), mact(y));
   }
 
   void backward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx, bool accumulate,
@@ -63,7 +63,7 @@ class ResidualBlock final : public Layer {
     if (add_dx_ && dx) {  // Note [Input gradient added]
       {
         ProfileScope timed(backend_, profile_name_, profile_kind_, ProfilePhase::kBackward);
-        backend_->relu_backward(y.numel(), y.data<float>(), dy.data<float>(), dx->data<float>());
+        backend_->relu_backward(y.numel(), cact(y), cact(dy), mact(*dx));
       }
       main_.backward(x, *dx, dx, accumulate, ready);
       return;
@@ -71,7 +71,7 @@ class ResidualBlock final : public Layer {
     ensure_tensor(dsum_, y.shape(), *backend_);
     {
       ProfileScope timed(backend_, profile_name_, profile_kind_, ProfilePhase::kBackward);
-      backend_->relu_backward(y.numel(), y.data<float>(), dy.data<float>(), dsum_.data<float>());
+      backend_->relu_backward(y.numel(), cact(y), cact(dy), mact(dsum_));
     }
     Tensor* dx_short = nullptr;
     if (!shortcut_.empty()) {
@@ -83,7 +83,7 @@ class ResidualBlock final : public Layer {
     if (dx) {
       ProfileScope timed(backend_, profile_name_, profile_kind_, ProfilePhase::kBackward);
       const Tensor& other = shortcut_.empty() ? dsum_ : *dx_short;
-      backend_->add(dx->numel(), dx->data<float>(), other.data<float>(), dx->data<float>());
+      backend_->add(dx->numel(), cact(*dx), cact(other), mact(*dx));
     }
   }
 

@@ -187,7 +187,7 @@ const Tensor& Sequence::run_forward(const Tensor& x, bool training, const Tensor
         ensure_tensor(out, batch_shape(n, layers_[f.last]->out_shape()), *backend_);
       }
       const int64_t saved = f.op->saved_per_sample();
-      if (saved > 0) ensure_tensor(f.saved, Shape{n * saved}, *backend_);
+      if (saved > 0) ensure_tensor(f.saved, Shape{n * saved}, *backend_, DType::kF32);
       layers_[i]->check_input(*in);
       ProfileScope timed(backend_, layers_[i]->name(), f.kind, ProfilePhase::kForward);
       f.op->forward(static_cast<int>(n), training, in->data<float>(), f.params(),
@@ -217,7 +217,8 @@ void Sequence::backward(const Tensor& x, const Tensor& dy, Tensor* dx, bool accu
   if (grads_->per_sample > 0)
     for (auto& g : grads_->buf) ensure_tensor(g, Shape{n * grads_->per_sample}, *backend_);
   FusedScratch& scratch = *grads_->scratch;
-  if (scratch.per_sample > 0) ensure_tensor(scratch.t, Shape{n * scratch.per_sample}, *backend_);
+  if (scratch.per_sample > 0)
+    ensure_tensor(scratch.t, Shape{n * scratch.per_sample}, *backend_, DType::kF32);
   Tensor upstream = dy;
   int next = 0;
   for (size_t k = layers_.size(); k-- > 0;) {
@@ -229,7 +230,8 @@ void Sequence::backward(const Tensor& x, const Tensor& dy, Tensor* dx, bool accu
     if (first == 0) {
       down = dx;
     } else {
-      view = Tensor::wrap(grads_->buf[next].raw(), in.shape(), DType::kF32, in.device());
+      view = Tensor::wrap(grads_->buf[next].raw(), in.shape(), backend_->activation_dtype(),
+                          in.device());
       down = &view;
     }
     if (fi >= 0) {  // Note [Fused blocks]

@@ -16,12 +16,11 @@ class ReluLayer final : public Layer, public Fusable {
   }
   void forward(const Tensor& x, Tensor& y, bool) override {
     check_input(x);
-    backend_->relu_forward(x.numel(), x.data<float>(), y.data<float>());
+    backend_->relu_forward(x.numel(), cact(x), mact(y));
   }
   void backward(const Tensor&, const Tensor& y, const Tensor& dy, Tensor* dx, bool,
                 const GradReadyFn&) override {
-    if (dx)
-      backend_->relu_backward(y.numel(), y.data<float>(), dy.data<float>(), dx->data<float>());
+    if (dx) backend_->relu_backward(y.numel(), cact(y), cact(dy), mact(*dx));
   }
   std::string describe() const override { return name_ + ": relu, " + in_.str(); }
   BlockPart part() override {
@@ -55,11 +54,11 @@ class PoolLayer final : public Layer, public Fusable {
   }
   void forward(const Tensor& x, Tensor& y, bool) override {
     check_input(x);
-    op_->forward(static_cast<int>(x.shape()[0]), x.data<float>(), y.data<float>());
+    op_->forward(static_cast<int>(x.shape()[0]), cact(x), mact(y));
   }
   void backward(const Tensor& x, const Tensor&, const Tensor& dy, Tensor* dx, bool,
                 const GradReadyFn&) override {
-    if (dx) op_->backward(static_cast<int>(x.shape()[0]), dy.data<float>(), dx->data<float>());
+    if (dx) op_->backward(static_cast<int>(x.shape()[0]), cact(dy), mact(*dx));
   }
   std::string describe() const override {
     const char* kind = cfg_.kind == PoolKind::kMax   ? "maxpool"
@@ -96,10 +95,10 @@ class FlattenLayer final : public Layer {
     return out_;
   }
   // A 1x1 spatial map needs no reordering: (1, 1, C), (C, 1, 1) and C/b blocks of (1, 1, b)
-  // are the same bytes.
+  // are the same bytes (of the same dtype; an f32 input into bf16 is converted).
   void forward(const Tensor& x, Tensor& y, bool) override {
     check_input(x);
-    if (in_[0] * in_[1] == 1) {
+    if (in_[0] * in_[1] == 1 && x.dtype() == y.dtype()) {
       backend_->copy(y.raw(), y.device(), x.raw(), x.device(), x.nbytes());
     } else {
       relayout(x, y, act_block(in_[2]), Backend::kNchw);
@@ -108,7 +107,7 @@ class FlattenLayer final : public Layer {
   void backward(const Tensor&, const Tensor&, const Tensor& dy, Tensor* dx, bool,
                 const GradReadyFn&) override {
     if (!dx) return;
-    if (in_[0] * in_[1] == 1) {
+    if (in_[0] * in_[1] == 1 && dx->dtype() == dy.dtype()) {
       backend_->copy(dx->raw(), dx->device(), dy.raw(), dy.device(), dy.nbytes());
     } else {
       relayout(dy, *dx, Backend::kNchw, act_block(in_[2]));
@@ -122,7 +121,7 @@ class FlattenLayer final : public Layer {
   void relayout(const Tensor& from, Tensor& to, int from_layout, int to_layout) {
     backend_->relayout(static_cast<int>(from.shape()[0]), static_cast<int>(in_[0]),
                        static_cast<int>(in_[1]), static_cast<int>(in_[2]), from_layout, to_layout,
-                       from.data<float>(), to.data<float>());
+                       cact(from), mact(to));
   }
 };
 

@@ -22,14 +22,14 @@ class WeightedLayer : public Layer {
 
   void forward(const Tensor& x, Tensor& y, bool) override {
     check_input(x);
-    op_->forward(static_cast<int>(x.shape()[0]), x.data<float>(), weight_.value,
-                 has_bias_ ? bias_.value : nullptr, y.data<float>());
+    op_->forward(static_cast<int>(x.shape()[0]), cact(x), weight_.value,
+                 has_bias_ ? bias_.value : nullptr, mact(y));
   }
 
   void backward(const Tensor& x, const Tensor&, const Tensor& dy, Tensor* dx, bool accumulate,
                 const GradReadyFn& ready) override {
-    op_->backward(static_cast<int>(x.shape()[0]), x.data<float>(), weight_.value, dy.data<float>(),
-                  dx ? dx->data<float>() : nullptr, weight_.grad, has_bias_ ? bias_.grad : nullptr,
+    op_->backward(static_cast<int>(x.shape()[0]), cact(x), weight_.value, cact(dy),
+                  dx ? mact(*dx) : MutAct(), weight_.grad, has_bias_ ? bias_.grad : nullptr,
                   accumulate);
     if (has_bias_) report(bias_, ready);
     report(weight_, ready);

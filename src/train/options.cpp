@@ -50,9 +50,6 @@ void validate_options(const TrainOptions& o, bool cuda_device) {
   std::string names;
   for (const auto& m : model_names()) names += (names.empty() ? "" : ", ") + m;
   require(known_model, "--model '" + o.model + "' is not in the zoo: use one of " + names);
-  require(o.precision == Precision::kF32 || cuda_device,
-          std::string("--precision ") + choice_name(o.precision) +
-              " runs on CUDA devices only; use --precision fp32 on CPU");
   require(o.precision != Precision::kF16, "--precision fp16 is not implemented: use bf16 (or fp32)");
   // Note [Tuning options]: each switch tunes one backend; on the other it would do nothing.
   require(!cuda_device || (o.cpu_layout == CpuLayout::kBlocked &&

@@ -42,6 +42,13 @@ Trainer::Impl::Impl(const TrainOptions& options, World& w)
     bo.fuse_layers = !o.no_fuse;
     bo.cuda_batchnorm = o.cuda_bn;
     backend = make_backend(bo);
+    if (bo.device == Device::kCpu && bo.precision == Precision::kBF16 && world.is_root()) {
+      // Note [bf16 fallback on the CPU]: the bf16 kernels are not there yet.
+      DDPV_WARN(
+          "--precision bf16 on the CPU stores activations in bf16 but computes in f32, "
+          "converting around every layer: it saves memory between layers and runs slower "
+          "than fp32 (use --precision fp32 for speed)");
+    }
     if (o.profile_layers) backend->set_profile(&profile);  // Note [Layer profile]
     if (!o.batch_split.empty())  // on one rank too: a split for another world size is a mistake
       check_split(parse_batch_split(o.batch_split), world.size(), o.batch_size, "--batch-split");
@@ -261,7 +268,7 @@ bool Trainer::Impl::micro_batch(int k, StepTotals& mine) {
   bool finite = true;
   {
     ProfileScope scope(timed, kProfLoss, kProfLossKind, ProfilePhase::kOther);
-    const LossResult r = loss_op->forward(n, logits.data<float>(), y.data<int32_t>());
+    const LossResult r = loss_op->forward(n, cact(logits), y.data<int32_t>());
     finite = std::isfinite(r.loss_sum);
     mine.add(r.loss_sum, static_cast<double>(r.correct), n);
     ensure_tensor(dlogits, logits.shape(), *backend);
@@ -269,7 +276,7 @@ bool Trainer::Impl::micro_batch(int k, StepTotals& mine) {
     const float scale = balancer
                             ? static_cast<float>(world.size()) / static_cast<float>(batch->global)
                             : 1.0f / static_cast<float>(n);
-    loss_op->backward(n, y.data<int32_t>(), dlogits.data<float>(), scale);
+    loss_op->backward(n, y.data<int32_t>(), mact(dlogits), scale);
   }
   model->backward(dlogits, /*accumulate=*/k > 0, gradients->ready_fn(k == o.accum_steps - 1));
   const auto t_next = Clock::now();

@@ -69,7 +69,7 @@ void Trainer::Impl::evaluate(double* loss, double* acc, double* top5) {
   while (std::optional<DeviceFeed::Ready> batch = data.val_feed->next()) {
     const int n = static_cast<int>(batch->images.shape()[0]);
     const Tensor& logits = model->forward(batch->images, /*training=*/false);
-    const LossResult r = loss_op->forward(n, logits.data<float>(), batch->labels.data<int32_t>());
+    const LossResult r = loss_op->forward(n, cact(logits), batch->labels.data<int32_t>());
     if (top5 != nullptr)
       sums[3] += static_cast<double>(
           count_top5(*backend, logits, batch->labels, n, classes, host_logits, host_labels));

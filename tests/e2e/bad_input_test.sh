@@ -19,7 +19,7 @@ expect() {  # expect CODE PATTERN -- command...
 T=("$BIN/ddpv-train")
 expect 2 "unrecognised option\|unrecognized option" -- "${MPI2[@]}" "${T[@]}" --data "$WORK/tiny.h5" --bogus
 expect 2 "lr must be positive" -- "${MPI2[@]}" "${T[@]}" --data "$WORK/tiny.h5" --lr -1
-expect 2 "runs on CUDA devices only" -- "${MPI2[@]}" "${T[@]}" --data "$WORK/tiny.h5" --precision bf16 --device cpu
+expect 2 "--precision fp16 is not implemented" -- "${MPI2[@]}" "${T[@]}" --data "$WORK/tiny.h5" --precision fp16 --device cpu
 expect 2 "--data is required" -- "${MPI2[@]}" "${T[@]}" --model lenet
 expect 2 "is not in the zoo" -- "${MPI2[@]}" "${T[@]}" --data "$WORK/tiny.h5" --model vgg
 expect 2 "resume auto needs --checkpoint-dir" -- "${MPI2[@]}" "${T[@]}" --data "$WORK/tiny.h5" --resume auto

@@ -112,4 +112,20 @@ double norm_rel_error(const std::vector<float>& got, const std::vector<float>& r
   return std::sqrt(diff / std::max(norm, 1e-300));
 }
 
+void expect_bf16_grads_like_pytorch(Model& model, const std::string& golden_file) {
+  std::vector<double> ours, torch;
+  for (const auto& p : h5_list(golden_file, "grads")) {
+    ours.push_back(norm_rel_error(model.get_grad(p), h5_read_floats(golden_file, "grads/" + p)));
+    torch.push_back(h5_read_floats(golden_file, "bf16_grad_error/" + p).at(0));
+  }
+  ASSERT_FALSE(ours.empty());
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  auto worst = [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); };
+  EXPECT_LE(median(ours), 1.5 * median(torch)) << "median gradient error, bf16";
+  EXPECT_LE(worst(ours), 1.5 * worst(torch)) << "worst gradient error, bf16";
+}
+
 }  // namespace ddpv::test

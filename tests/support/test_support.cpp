@@ -114,6 +114,20 @@ DeviceLabels::DeviceLabels(Backend* b, const std::vector<int32_t>& host) {
   b->copy(t.raw(), b->device(), host.data(), Device::kCpu, host.size() * sizeof(int32_t));
 }
 
+std::vector<float> host_floats(Backend& backend, const Tensor& t) {
+  std::vector<float> h(static_cast<size_t>(t.numel()));
+  if (t.dtype() == DType::kBF16) {
+    std::vector<uint16_t> bits(h.size());
+    backend.copy(bits.data(), Device::kCpu, t.raw(), backend.device(), t.nbytes());
+    backend.synchronize();
+    for (size_t i = 0; i < h.size(); ++i) h[i] = bf16_to_f32(bits[i]);
+    return h;
+  }
+  backend.copy(h.data(), Device::kCpu, t.raw(), backend.device(), h.size() * sizeof(float));
+  backend.synchronize();
+  return h;
+}
+
 std::string source_path(const std::string& relative) {
   // The environment first: a test binary carried to another machine (the device check) finds
   // the source tree where that machine has it; the build's path is the fallback.

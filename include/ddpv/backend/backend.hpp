@@ -21,6 +21,54 @@ std::span<const ChoiceWord<Precision>> choices(Precision);  // fp32 | bf16 | fp1
 Precision parse_precision(const std::string& name);          // throws on an unknown name
 const char* precision_name(Precision p);
 
+// Note [Activation dtype]: activations and their gradients travel between layers in the
+// backend's activation dtype (Backend::activation_dtype(): f32, or bf16 under --precision bf16
+// on the CPU), the way AMP keeps them; parameters, their gradients, BatchNorm's statistics,
+// scale and shift, the optimizer's state and the loss stay f32. An op is handed its
+// activations as typed views: ConstAct (read) and MutAct (written). A view converts implicitly
+// from a float pointer (an f32 view), so fp32 callers pass pointers as before; an op reads a
+// view's elements through f32() or bf16(), which check the dtype (an op given a dtype it does
+// not take is an internal error, not a silent reinterpretation). The model's input is f32
+// (the loader's batch) whatever the activation dtype, so an op's dtypes may differ between
+// its input and its output.
+struct ConstAct {
+  const void* data = nullptr;
+  DType dtype = DType::kF32;
+  ConstAct() = default;
+  ConstAct(std::nullptr_t) {}            // NOLINT: implicit, as a null pointer
+  ConstAct(const float* p) : data(p) {}  // NOLINT: implicit, an f32 view
+  ConstAct(const void* p, DType t) : data(p), dtype(t) {}
+  explicit operator bool() const { return data != nullptr; }
+  bool is_bf16() const { return dtype == DType::kBF16; }
+  // The elements as f32 or bf16; null for a null view whatever its dtype.
+  const float* f32() const {
+    DDPV_CHECK(data == nullptr || dtype == DType::kF32, "an op was handed ", dtype_name(dtype),
+               " activations where it reads f32 (internal)");
+    return static_cast<const float*>(data);
+  }
+  const uint16_t* bf16() const {
+    DDPV_CHECK(data == nullptr || dtype == DType::kBF16, "an op was handed ", dtype_name(dtype),
+               " activations where it reads bf16 (internal)");
+    return static_cast<const uint16_t*>(data);
+  }
+};
+struct MutAct {
+  void* data = nullptr;
+  DType dtype = DType::kF32;
+  MutAct() = default;
+  MutAct(std::nullptr_t) {}      // NOLINT: implicit, as a null pointer
+  MutAct(float* p) : data(p) {}  // NOLINT: implicit, an f32 view
+  MutAct(void* p, DType t) : data(p), dtype(t) {}
+  operator ConstAct() const { return {data, dtype}; }  // NOLINT: a written view is readable
+  explicit operator bool() const { return data != nullptr; }
+  bool is_bf16() const { return dtype == DType::kBF16; }
+  float* f32() const { return const_cast<float*>(ConstAct(*this).f32()); }
+  uint16_t* bf16() const { return const_cast<uint16_t*>(ConstAct(*this).bf16()); }
+};
+// Views of a tensor's memory in its own dtype (null for an undefined tensor).
+inline ConstAct cact(const Tensor& t) { return {t.raw(), t.dtype()}; }
+inline MutAct mact(const Tensor& t) { return {t.raw(), t.dtype()}; }
+
 // Note [Blocked activations]: oneDNN's convolutions run faster on channel-blocked activations,
 // (N, C/b, H, W, b) with b = 8 on AVX2 and 16 on AVX-512 (oneDNN's nChw8c / nChw16c), than on
 // NHWC, in every convolution direction for resnet20's shapes (docs/performance.md, CPU engine).
@@ -90,11 +138,11 @@ class Conv2dOp {
  public:
   virtual ~Conv2dOp() = default;
   // x: (N, H, W, Cin)  w: (Cout, Cin, K, K)  b: (Cout) or null  ->  y: (N, OH, OW, Cout)
-  virtual void forward(int n, const float* x, const float* w, const float* b, float* y) = 0;
+  virtual void forward(int n, ConstAct x, const float* w, const float* b, MutAct y) = 0;
   // dy: (N, OH, OW, Cout) -> dx: (N, H, W, Cin) (null: not needed), dw: (Cout, Cin, K, K),
   // db: (Cout) (null when no bias). accumulate: add to dw/db instead of overwriting them.
-  virtual void backward(int n, const float* x, const float* w, const float* dy, float* dx,
-                        float* dw, float* db, bool accumulate) = 0;
+  virtual void backward(int n, ConstAct x, const float* w, ConstAct dy, MutAct dx, float* dw,
+                        float* db, bool accumulate) = 0;
   // How the op computes, for logs and tests: "direct", "winograd F(4x4,5x5)", ...
   virtual std::string algorithm() const { return "direct"; }
 };
@@ -104,12 +152,12 @@ class BatchNormOp {
   virtual ~BatchNormOp() = default;
   // Training: normalise with the batch statistics, keep them for backward, and update the
   // running statistics (unbiased variance, as PyTorch). x, y: (N, H, W, C); others: (C).
-  virtual void forward_train(int n, const float* x, const float* gamma, const float* beta, float* y,
+  virtual void forward_train(int n, ConstAct x, const float* gamma, const float* beta, MutAct y,
                              float* running_mean, float* running_var) = 0;
-  virtual void forward_infer(int n, const float* x, const float* gamma, const float* beta,
-                             const float* running_mean, const float* running_var, float* y) = 0;
+  virtual void forward_infer(int n, ConstAct x, const float* gamma, const float* beta,
+                             const float* running_mean, const float* running_var, MutAct y) = 0;
   // Backward of the last forward_train. dx: (N, H, W, C); dgamma, dbeta: (C).
-  virtual void backward(int n, const float* x, const float* gamma, const float* dy, float* dx,
+  virtual void backward(int n, ConstAct x, const float* gamma, ConstAct dy, MutAct dx,
                         float* dgamma, float* dbeta, bool accumulate) = 0;
 };
 
@@ -117,9 +165,9 @@ class Pool2dOp {
  public:
   virtual ~Pool2dOp() = default;
   // x: (N, H, W, C) -> y: (N, OH, OW, C). Max pooling keeps what backward needs.
-  virtual void forward(int n, const float* x, float* y) = 0;
+  virtual void forward(int n, ConstAct x, MutAct y) = 0;
   // dy: (N, OH, OW, C) -> dx: (N, H, W, C), of the last forward.
-  virtual void backward(int n, const float* dy, float* dx) = 0;
+  virtual void backward(int n, ConstAct dy, MutAct dx) = 0;
 };
 
 // Note [Fused blocks]: a chain conv -> [batchnorm] -> [+ residual] -> [relu] -> [max pool],
@@ -188,10 +236,10 @@ class LinearOp {
  public:
   virtual ~LinearOp() = default;
   // x: (N, in)  w: (out, in)  b: (out) or null  ->  y: (N, out)
-  virtual void forward(int n, const float* x, const float* w, const float* b, float* y) = 0;
+  virtual void forward(int n, ConstAct x, const float* w, const float* b, MutAct y) = 0;
   // dy: (N, out) -> dx: (N, in) (null: not needed), dw: (out, in), db: (out) or null.
-  virtual void backward(int n, const float* x, const float* w, const float* dy, float* dx,
-                        float* dw, float* db, bool accumulate) = 0;
+  virtual void backward(int n, ConstAct x, const float* w, ConstAct dy, MutAct dx, float* dw,
+                        float* db, bool accumulate) = 0;
 };
 
 struct LossResult {
@@ -204,9 +252,9 @@ class SoftmaxCrossEntropyOp {
   virtual ~SoftmaxCrossEntropyOp() = default;
   // logits: (N, K), labels: (N) in [0, K). Keeps the probabilities for backward.
   // Returns on the host (a GPU backend synchronises here).
-  virtual LossResult forward(int n, const float* logits, const int32_t* labels) = 0;
+  virtual LossResult forward(int n, ConstAct logits, const int32_t* labels) = 0;
   // dlogits: (N, K) = (softmax - onehot(label)) * scale; scale = 1/N gives the batch mean.
-  virtual void backward(int n, const int32_t* labels, float* dlogits, float scale) = 0;
+  virtual void backward(int n, const int32_t* labels, MutAct dlogits, float scale) = 0;
 };
 
 struct SgdConfig {
@@ -344,12 +392,13 @@ class Backend {
 
   // Elementwise ops over `count` floats; outputs may alias inputs (in-place use is allowed).
   // relu_backward uses y > 0 as the mask, so y may be the forward output kept in place of x.
-  virtual void relu_forward(int64_t count, const float* x, float* y) = 0;
-  virtual void relu_backward(int64_t count, const float* y, const float* dy, float* dx) = 0;
-  virtual void add(int64_t count, const float* a, const float* b, float* y) = 0;  // y = a + b
+  // Activations in any dtype the backend's activations take (Note [Activation dtype]).
+  virtual void relu_forward(int64_t count, ConstAct x, MutAct y) = 0;
+  virtual void relu_backward(int64_t count, ConstAct y, ConstAct dy, MutAct dx) = 0;
+  virtual void add(int64_t count, ConstAct a, ConstAct b, MutAct y) = 0;  // y = a + b
   // y = relu(a + b), a residual block's output; one pass where the backend has it (the CPU's,
   // unless BackendOptions::fuse_layers is off).
-  virtual void add_relu(int64_t count, const float* a, const float* b, float* y) {
+  virtual void add_relu(int64_t count, ConstAct a, ConstAct b, MutAct y) {
     add(count, a, b, y);
     relu_forward(count, y, y);
   }
@@ -366,9 +415,11 @@ class Backend {
   // layer's weight maps 1:1 onto torch, and for a model input that must become blocked. y must
   // not alias x. The CUDA backend converts between NHWC and NCHW only.
   static constexpr int kNchw = -1;
-  virtual void relayout(int n, int h, int w, int c, int from, int to, const float* x, float* y) = 0;
+  virtual void relayout(int n, int h, int w, int c, int from, int to, ConstAct x, MutAct y) = 0;
   // The activation block this backend prefers (Note [Blocked activations]); 0: NHWC.
   virtual int activation_block() const { return 0; }
+  // The dtype of activations and their gradients between layers (Note [Activation dtype]).
+  virtual DType activation_dtype() const { return DType::kF32; }
 
   // One fused SGD step over the flat arena, PyTorch semantics (spans cover [0, count) exactly
   // once; momentum may be null only when cfg.momentum == 0):

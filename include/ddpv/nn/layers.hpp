@@ -82,8 +82,10 @@ class Layer {
 };
 
 // Makes `t` an owning tensor of shape `shape` on the backend's device, allocating only when
-// its storage is too small (Note [Grow-only activations]).
+// its storage is too small (Note [Grow-only activations]), of the backend's activation dtype
+// (Note [Activation dtype]) or of `dtype`.
 void ensure_tensor(Tensor& t, const Shape& shape, Backend& backend);
+void ensure_tensor(Tensor& t, const Shape& shape, Backend& backend, DType dtype);
 // (N, per_sample...) as a Shape.
 Shape batch_shape(int64_t n, const Shape& per_sample);
 

@@ -162,8 +162,8 @@ class CpuBatchNorm final : public FusableBatchNorm {
     }
   }
 
-  void forward_train(int n, const float* x, const float* gamma, const float* beta, float* y,
-                     float* running_mean, float* running_var) override {
+  void forward_train_f32(int n, const float* x, const float* gamma, const float* beta, float* y,
+                         float* running_mean, float* running_var) override {
     check_batch("batchnorm2d forward", n);
     const int64_t m = static_cast<int64_t>(n) * cfg_.h * cfg_.w;
     DDPV_CHECK(m > 1, "batchnorm2d: training needs more than one value per channel, got batch ", n,
@@ -185,8 +185,8 @@ class CpuBatchNorm final : public FusableBatchNorm {
     if (relu_) keep_non_finite(n, mean, var, y);
   }
 
-  void forward_infer(int n, const float* x, const float* gamma, const float* beta,
-                     const float* running_mean, const float* running_var, float* y) override {
+  void forward_infer_f32(int n, const float* x, const float* gamma, const float* beta,
+                         const float* running_mean, const float* running_var, float* y) override {
     check_batch("batchnorm2d forward", n);
     ctx_.bind_threads();
     BatchNormPlan& p = plan(n);
@@ -201,8 +201,8 @@ class CpuBatchNorm final : public FusableBatchNorm {
     });
   }
 
-  void backward(int n, const float* x, const float* gamma, const float* dy, float* dx,
-                float* dgamma, float* dbeta, bool accumulate) override {
+  void backward_f32(int n, const float* x, const float* gamma, const float* dy, float* dx,
+                    float* dgamma, float* dbeta, bool accumulate) override {
     check_batch("batchnorm2d backward", n);
     DDPV_CHECK(n == last_train_n_, "batchnorm2d backward: batch size ", n,
                " differs from the last forward_train (", last_train_n_,

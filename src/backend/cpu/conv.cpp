@@ -115,7 +115,7 @@ class CpuConv2d final : public FusableConv {
     check_config(cfg);
   }
 
-  void forward(int n, const float* x, const float* w, const float* b, float* y) override {
+  void forward_f32(int n, const float* x, const float* w, const float* b, float* y) override {
     check_conv_forward(cfg_, n, b);
     ctx_.bind_threads();
     ConvPlan& p = plan(n);
@@ -129,8 +129,8 @@ class CpuConv2d final : public FusableConv {
     });
   }
 
-  void backward(int n, const float* x, const float* w, const float* dy, float* dx, float* dw,
-                float* db, bool accumulate) override {
+  void backward_f32(int n, const float* x, const float* w, const float* dy, float* dx, float* dw,
+                    float* db, bool accumulate) override {
     check_conv_backward(cfg_, n, dw, db);
     ctx_.bind_threads();
     ConvPlan& p = plan(n);

@@ -9,7 +9,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.hpp"
@@ -36,6 +38,54 @@ constexpr int64_t kParallelMin = 1 << 16;
 // (model_bench --sgd 1 lenet under perf).
 const bool kAvx2 = __builtin_cpu_supports("avx2");
 
+// Element access of a typed activation view in the elementwise loops (Note [Activation dtype]):
+// f32 as it is, bf16 widened on reading and rounded to nearest even on writing.
+struct F32Read {
+  const float* p;
+  float operator()(int64_t i) const { return p[i]; }
+};
+struct Bf16Read {
+  const uint16_t* p;
+  float operator()(int64_t i) const { return bf16_to_f32(p[i]); }
+};
+struct F32Write {
+  float* p;
+  void operator()(int64_t i, float v) const { p[i] = v; }
+};
+struct Bf16Write {
+  uint16_t* p;
+  void operator()(int64_t i, float v) const { p[i] = f32_to_bf16(v); }
+};
+template <class F>
+void reading(ConstAct a, const F& f) {
+  if (a.is_bf16()) {
+    f(Bf16Read{a.bf16()});
+  } else {
+    f(F32Read{a.f32()});
+  }
+}
+template <class F>
+void writing(MutAct a, const F& f) {
+  if (a.is_bf16()) {
+    f(Bf16Write{a.bf16()});
+  } else {
+    f(F32Write{a.f32()});
+  }
+}
+bool all_f32(std::initializer_list<ConstAct> views) {
+  for (const ConstAct& v : views)
+    if (v.is_bf16()) return false;
+  return true;
+}
+// body(i) for every element, on the team where the count is worth it.
+template <class Body>
+void each_element(int64_t count, const Body& body) {
+  in_team(count >= kParallelMin, [&] {  // Note [No team of one]
+#pragma omp for simd
+    for (int64_t i = 0; i < count; ++i) body(i);
+  });
+}
+
 // Note [Blocked activations] on oneDNN: 16-channel blocks where AVX-512 runs, 8 otherwise.
 int preferred_block() {
   const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
@@ -50,8 +100,10 @@ class CpuBackend final : public Backend {
                device_name(options.device));
     DDPV_CHECK(options.threads >= 0, "--threads must be >= 0 (0: the runtime's default), got ",
                options.threads);
-    DDPV_CHECK(options.precision == Precision::kF32, "the CPU backend computes in fp32 only; ",
-               precision_name(options.precision), " was asked: use --precision fp32");
+    DDPV_CHECK(options.precision != Precision::kF16,
+               "--precision fp16 is not supported by the CPU backend: use bf16 or fp32");
+    // Note [bf16 fallback on the CPU]: bf16 activations, f32 arithmetic.
+    bf16_ = options.precision == Precision::kBF16;
     ctx_.threads = options.threads;
     ctx_.block = options.activation_block >= 0 ? options.activation_block : preferred_block();
     ctx_.conv = options.conv_algorithm;
@@ -61,6 +113,7 @@ class CpuBackend final : public Backend {
     if (ctx_.conv != ConvAlgorithm::kAuto)
       tuning_ += std::string(", conv ") + choice_name(ctx_.conv);
     if (!fuse_) tuning_ += ", no fusion";
+    if (bf16_) tuning_ += ", bf16 activations, f32 math";
     DDPV_CHECK(ctx_.block == 0 || ctx_.block == 8 || ctx_.block == 16,
                "the CPU backend keeps activations in NHWC (block 0) or in blocks of 8 or 16 "
                "channels, not ",
@@ -95,30 +148,55 @@ class CpuBackend final : public Backend {
 
   void synchronize() override {}
 
+  // Under bf16 each op is the f32 one inside its fallback adapter (Note [bf16 fallback on the
+  // CPU]).
   std::unique_ptr<Conv2dOp> conv2d(const Conv2dConfig& cfg) override {
+    if (bf16_) return bf16_fallback(make_conv2d(ctx_, cfg), cfg, staging_);
     return make_conv2d(ctx_, cfg);
   }
   std::unique_ptr<BatchNormOp> batchnorm2d(const BatchNormConfig& cfg) override {
+    if (bf16_) return bf16_fallback(make_batchnorm2d(ctx_, cfg), cfg, staging_);
     return make_batchnorm2d(ctx_, cfg);
   }
   std::unique_ptr<Pool2dOp> pool2d(const Pool2dConfig& cfg) override {
+    if (bf16_) return bf16_fallback(make_pool2d(ctx_, cfg), cfg, staging_);
     return make_pool2d(ctx_, cfg);
   }
   std::unique_ptr<LinearOp> linear(const LinearConfig& cfg) override {
+    if (bf16_) return bf16_fallback(make_linear(ctx_, cfg), cfg, staging_);
     return make_linear(ctx_, cfg);
   }
   // Note [Fused blocks]: every chain is one op on the CPU (the op composes what its kernels
-  // cannot take in), unless fusion is off.
+  // cannot take in), unless fusion is off. The blocks take f32 activations only, so under
+  // bf16 every layer runs on its own.
   std::unique_ptr<FusedBlockOp> fused_block(const FusedBlockConfig& cfg) override {
-    if (!fuse_) return nullptr;
+    if (!fuse_ || bf16_) return nullptr;
     return make_fused_block(ctx_, *this, cfg);
   }
   std::unique_ptr<SoftmaxCrossEntropyOp> softmax_cross_entropy(int classes) override {
+    if (bf16_) return bf16_fallback(make_softmax_cross_entropy(ctx_, classes), classes, staging_);
     return make_softmax_cross_entropy(ctx_, classes);
   }
 
-  void relu_forward(int64_t count, const float* x, float* y) override {
+  DType activation_dtype() const override { return bf16_ ? DType::kBF16 : DType::kF32; }
+
+  // The elementwise ops: the f32 loops below, or, where a view is bf16, the same rules through
+  // each_element with the views widened and rounded (Note [Activation dtype]).
+  void relu_forward(int64_t count, ConstAct xa, MutAct ya) override {
     ctx_.bind_threads();
+    if (!all_f32({xa, ya})) {
+      reading(xa, [&](auto x) {
+        writing(ya, [&](auto y) {
+          each_element(count, [&](int64_t i) {
+            const float v = x(i);
+            y(i, v <= 0.0f ? 0.0f : v);
+          });
+        });
+      });
+      return;
+    }
+    const float* x = xa.f32();
+    float* y = ya.f32();
     // NaN propagates, as in PyTorch and the CUDA backend: a diverged activation stays visible.
     in_team(count >= kParallelMin, [&] {  // Note [No team of one]
 #pragma omp for simd
@@ -126,8 +204,24 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void relu_backward(int64_t count, const float* y, const float* dy, float* dx) override {
+  void relu_backward(int64_t count, ConstAct ya, ConstAct dya, MutAct dxa) override {
     ctx_.bind_threads();
+    if (!all_f32({ya, dya, dxa})) {
+      reading(ya, [&](auto y) {
+        reading(dya, [&](auto dy) {
+          writing(dxa, [&](auto dx) {
+            each_element(count, [&](int64_t i) {
+              const float g = dy(i);
+              dx(i, y(i) > 0.0f ? g : 0.0f);
+            });
+          });
+        });
+      });
+      return;
+    }
+    const float* y = ya.f32();
+    const float* dy = dya.f32();
+    float* dx = dxa.f32();
     in_team(count >= kParallelMin, [&] {  // Note [No team of one]
 #pragma omp for simd
       for (int64_t i = 0; i < count; ++i) {
@@ -139,17 +233,44 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void add(int64_t count, const float* a, const float* b, float* y) override {
+  void add(int64_t count, ConstAct aa, ConstAct ba, MutAct ya) override {
     ctx_.bind_threads();
+    if (!all_f32({aa, ba, ya})) {
+      reading(aa, [&](auto a) {
+        reading(ba, [&](auto b) {
+          writing(ya, [&](auto y) { each_element(count, [&](int64_t i) { y(i, a(i) + b(i)); }); });
+        });
+      });
+      return;
+    }
+    const float* a = aa.f32();
+    const float* b = ba.f32();
+    float* y = ya.f32();
     in_team(count >= kParallelMin, [&] {  // Note [No team of one]
 #pragma omp for simd
       for (int64_t i = 0; i < count; ++i) y[i] = a[i] + b[i];
     });
   }
 
-  void add_relu(int64_t count, const float* a, const float* b, float* y) override {
-    if (!fuse_) return Backend::add_relu(count, a, b, y);  // two passes, as separate layers
+  void add_relu(int64_t count, ConstAct aa, ConstAct ba, MutAct ya) override {
+    if (!fuse_) return Backend::add_relu(count, aa, ba, ya);  // two passes, as separate layers
     ctx_.bind_threads();
+    if (!all_f32({aa, ba, ya})) {  // one rounding, of the rectified sum
+      reading(aa, [&](auto a) {
+        reading(ba, [&](auto b) {
+          writing(ya, [&](auto y) {
+            each_element(count, [&](int64_t i) {
+              const float v = a(i) + b(i);
+              y(i, v <= 0.0f ? 0.0f : v);
+            });
+          });
+        });
+      });
+      return;
+    }
+    const float* a = aa.f32();
+    const float* b = ba.f32();
+    float* y = ya.f32();
     in_team(count >= kParallelMin, [&] {  // Note [No team of one]
 #pragma omp for simd
       for (int64_t i = 0; i < count; ++i) {
@@ -177,18 +298,12 @@ class CpuBackend final : public Backend {
 
   void cast_to_bf16(int64_t count, const float* x, uint16_t* y) override {
     ctx_.bind_threads();
-    in_team(count >= kParallelMin, [&] {  // Note [No team of one]
-#pragma omp for simd
-      for (int64_t i = 0; i < count; ++i) y[i] = f32_to_bf16(x[i]);
-    });
+    f32_to_bf16_array(count, x, y);
   }
 
   void cast_from_bf16(int64_t count, const uint16_t* x, float* y) override {
     ctx_.bind_threads();
-    in_team(count >= kParallelMin, [&] {  // Note [No team of one]
-#pragma omp for simd
-      for (int64_t i = 0; i < count; ++i) y[i] = bf16_to_f32(x[i]);
-    });
+    bf16_to_f32_array(count, x, y);
   }
 
   bool all_finite(int64_t count, const float* x) override {
@@ -208,13 +323,46 @@ class CpuBackend final : public Backend {
     return bad == 0;
   }
 
-  void relayout(int n, int h, int w, int c, int from, int to, const float* x, float* y) override {
-    DDPV_CHECK(x != y, "relayout: cannot run in place");
+  void relayout(int n, int h, int w, int c, int from, int to, ConstAct x, MutAct y) override {
+    DDPV_CHECK(x.data != y.data, "relayout: cannot run in place");
     for (int layout : {from, to}) {
       DDPV_CHECK(layout == kNchw || layout == 0 || (layout > 0 && c % layout == 0), "relayout: ", c,
                  " channels have no layout with block ", layout);
     }
     ctx_.bind_threads();
+    if (x.dtype == y.dtype) {
+      if (x.is_bf16()) {
+        relayout_as(n, h, w, c, from, to, x.bf16(), y.bf16());
+      } else {
+        relayout_as(n, h, w, c, from, to, x.f32(), y.f32());
+      }
+      return;
+    }
+    // f32 <-> bf16 (the model's f32 input into bf16 blocks): convert, then move.
+    const int64_t count = int64_t{n} * h * w * c;
+    if (y.is_bf16()) {
+      std::vector<uint16_t> t(static_cast<size_t>(count));
+      f32_to_bf16_array(count, x.f32(), t.data());
+      relayout_as(n, h, w, c, from, to, t.data(), y.bf16());
+    } else {
+      std::vector<float> t(static_cast<size_t>(count));
+      bf16_to_f32_array(count, x.bf16(), t.data());
+      relayout_as(n, h, w, c, from, to, t.data(), y.f32());
+    }
+  }
+
+  int activation_block() const override { return ctx_.block; }
+
+  void sgd_update(const SgdConfig& cfg, const std::vector<ParamSpan>& spans, int64_t count,
+                  float* param, const float* grad, float* momentum) override;
+  void sgd_update_sum(const SgdConfig& cfg, const std::vector<ParamSpan>& spans, int64_t count,
+                      float* param, const std::vector<const float*>& grads,
+                      float* momentum) override;
+
+ private:
+  // The permutation of relayout over elements of type T (float or bf16 bits).
+  template <class T>
+  void relayout_as(int n, int h, int w, int c, int from, int to, const T* x, T* y) {
     // Every layout is blocked with some block b: NCHW b = 1, NHWC b = c. Element (i, ch, s)
     // (s: the spatial index) is at ((i * c / b + ch / b) * hw + s) * b + ch % b: the source
     // is read in order, and each channel's place in an image of the target is looked up.
@@ -233,17 +381,21 @@ class CpuBackend final : public Backend {
         for (int i = 0; i < n; ++i)
           for (int cb = 0; cb < c / b; ++cb) {
             const int64_t at = i * image + int64_t{cb} * hw * b;
-            const float* __restrict src = x + at;
-            float* __restrict dst = y + at;
-            if (kAvx2 && b % 8 == 0) {  // Note [Relayout by transposes]
-              for (int k = 0; k < b; k += 8) {
-                if (tb == 1) {
-                  channels_to_planes_avx2(src + k, b, dst + k * hw, hw);
-                } else {
-                  planes_to_channels_avx2(src + k * hw, hw, dst + k, b);
+            const T* __restrict src = x + at;
+            T* __restrict dst = y + at;
+            if constexpr (std::is_same_v<T, float>) {
+              if (kAvx2 && b % 8 == 0) {  // Note [Relayout by transposes]
+                for (int k = 0; k < b; k += 8) {
+                  if (tb == 1) {
+                    channels_to_planes_avx2(src + k, b, dst + k * hw, hw);
+                  } else {
+                    planes_to_channels_avx2(src + k * hw, hw, dst + k, b);
+                  }
                 }
+                continue;
               }
-            } else if (tb == 1) {
+            }
+            if (tb == 1) {
               for (int k = 0; k < b; ++k)
                 for (int64_t s = 0; s < hw; ++s) dst[k * hw + s] = src[s * b + k];
             } else {
@@ -261,25 +413,18 @@ class CpuBackend final : public Backend {
       for (int i = 0; i < n; ++i)
         for (int cb = 0; cb < c / fb; ++cb)
           for (int64_t s = 0; s < hw; ++s) {
-            const float* src = x + i * image + (cb * hw + s) * fb;
-            float* dst = y + i * image + s * tb;
+            const T* src = x + i * image + (cb * hw + s) * fb;
+            T* dst = y + i * image + s * tb;
             const int64_t* at = place.data() + int64_t{cb} * fb;
             for (int k = 0; k < fb; ++k) dst[at[k]] = src[k];
           }
     });
   }
 
-  int activation_block() const override { return ctx_.block; }
-
-  void sgd_update(const SgdConfig& cfg, const std::vector<ParamSpan>& spans, int64_t count,
-                  float* param, const float* grad, float* momentum) override;
-  void sgd_update_sum(const SgdConfig& cfg, const std::vector<ParamSpan>& spans, int64_t count,
-                      float* param, const std::vector<const float*>& grads,
-                      float* momentum) override;
-
- private:
   cpu::CpuContext ctx_;
   bool fuse_ = true;  // docs/architecture.md, "Layer fusion"
+  bool bf16_ = false;  // Note [bf16 fallback on the CPU]
+  Bf16Staging staging_{ctx_};
   std::string tuning_;  // the tuning options that are not the default, for name()
 };
 

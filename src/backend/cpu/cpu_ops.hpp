@@ -1,16 +1,23 @@
 // Private to the CPU backend: factories of the op objects, one per op-family file.
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "backend/cpu/dnnl_check.hpp"
+#include "backend/f32_ops.hpp"
 #include "ddpv/backend/backend.hpp"
 
 namespace ddpv::cpu {
 
+// The CPU's op kernels compute on f32 activations (backend/f32_ops.hpp); bf16 activations
+// reach them through the fallback's adapters (Note [bf16 fallback on the CPU]).
+//
 // The CPU ops with what their kernels can take in from their neighbours. Only the CPU's fused
 // blocks (fused_block.cpp, Note [Fused blocks]) ask for these; a layer sees plain ops.
-class FusableConv : public Conv2dOp {
+class FusableConv : public F32Conv2dOp {
  public:
   // Note [Input gradient added]: asks backward and backward_pooled to add the input gradient
   // to what dx holds instead of overwriting it; true if they will from now on.
@@ -43,7 +50,7 @@ class FusableConv : public Conv2dOp {
   }
 };
 
-class FusableBatchNorm : public BatchNormOp {
+class FusableBatchNorm : public F32BatchNormOp {
  public:
   // Note [BatchNorm + ReLU]: asks both forwards to write max(0, y) and backward to take dy as
   // the gradient of that rectified output (applying the ReLU's backward itself). True if it
@@ -69,7 +76,7 @@ class FusableBatchNorm : public BatchNormOp {
   }
 };
 
-class FusablePool : public Pool2dOp {
+class FusablePool : public F32Pool2dOp {
  public:
   // Note [ReLU folded into max pooling]: for a pooling whose input is a ReLU's output, asks
   // backward to apply that ReLU's backward too (dx zero where the window's maximum is not
@@ -84,6 +91,59 @@ class FusablePool : public Pool2dOp {
   // this pooling cannot be fused.
   virtual int32_t* positions_for(int /*n*/) { return nullptr; }
 };
+
+// f32 <-> bf16 over arrays, rounding to nearest even (f32_to_bf16), on the OpenMP team where
+// the count is worth it (bf16_fallback.cpp).
+void bf16_to_f32_array(int64_t count, const uint16_t* x, float* y);
+void f32_to_bf16_array(int64_t count, const float* x, uint16_t* y);
+
+// Note [bf16 fallback on the CPU]: bf16_fallback.cpp. The grow-only f32 buffers that every
+// adapter of one backend shares.
+class Bf16Staging {
+ public:
+  explicit Bf16Staging(const CpuContext& ctx) : ctx_(ctx) {}
+  // f32 elements of `a`: a itself when it is f32 (or null), else a copy in buffer k.
+  const float* in(int k, ConstAct a, int64_t count) {
+    if (!a.is_bf16() || a.data == nullptr) return a.f32();
+    float* f = buffer(k, count);
+    bf16_to_f32_array(count, a.bf16(), f);
+    return f;
+  }
+  // Where an op writes the f32 elements of `a`: a itself when it is f32 (or null), else
+  // buffer k, which finish() then rounds into a.
+  float* out(int k, MutAct a, int64_t count) {
+    if (!a.is_bf16() || a.data == nullptr) return a.f32();
+    return buffer(k, count);
+  }
+  void finish(int k, MutAct a, int64_t count) {
+    if (a.is_bf16() && a.data != nullptr)
+      f32_to_bf16_array(count, buffers_[static_cast<size_t>(k)].data(), a.bf16());
+  }
+  void bind_threads() const { ctx_.bind_threads(); }
+
+ private:
+  float* buffer(int k, int64_t count) {
+    std::vector<float>& b = buffers_[static_cast<size_t>(k)];
+    if (b.size() < static_cast<size_t>(count)) b.resize(static_cast<size_t>(count));
+    return b.data();
+  }
+
+  const CpuContext& ctx_;
+  std::array<std::vector<float>, 3> buffers_;
+};
+
+// Each wraps an f32 op of the same configuration: it hands the op f32 copies of its bf16
+// inputs and rounds the op's f32 outputs into the bf16 ones, through `staging`.
+std::unique_ptr<Conv2dOp> bf16_fallback(std::unique_ptr<Conv2dOp> op, const Conv2dConfig& cfg,
+                                        Bf16Staging& staging);
+std::unique_ptr<BatchNormOp> bf16_fallback(std::unique_ptr<BatchNormOp> op,
+                                           const BatchNormConfig& cfg, Bf16Staging& staging);
+std::unique_ptr<Pool2dOp> bf16_fallback(std::unique_ptr<Pool2dOp> op, const Pool2dConfig& cfg,
+                                        Bf16Staging& staging);
+std::unique_ptr<LinearOp> bf16_fallback(std::unique_ptr<LinearOp> op, const LinearConfig& cfg,
+                                        Bf16Staging& staging);
+std::unique_ptr<SoftmaxCrossEntropyOp> bf16_fallback(std::unique_ptr<SoftmaxCrossEntropyOp> op,
+                                                     int classes, Bf16Staging& staging);
 
 std::unique_ptr<FusableConv> make_conv2d(const CpuContext& ctx,
                                          const Conv2dConfig& cfg);  // conv.cpp

@@ -19,7 +19,7 @@ void sgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float* a, in
                                     "dnnl_sgemm"));
 }
 
-class CpuLinear final : public LinearOp {
+class CpuLinear final : public F32LinearOp {
  public:
   CpuLinear(const CpuContext& ctx, const LinearConfig& cfg) : ctx_(ctx), cfg_(cfg) {
     DDPV_CHECK(cfg.in_features > 0 && cfg.out_features > 0,
@@ -28,7 +28,7 @@ class CpuLinear final : public LinearOp {
   }
 
   // x: (N, in)  w: (out, in)  b: (out) or null  ->  y: (N, out)
-  void forward(int n, const float* x, const float* w, const float* b, float* y) override {
+  void forward_f32(int n, const float* x, const float* w, const float* b, float* y) override {
     check_batch("linear forward", n);
     DDPV_CHECK(!cfg_.bias || b != nullptr, "linear forward: the layer has a bias but b is null");
     ctx_.bind_threads();
@@ -43,8 +43,8 @@ class CpuLinear final : public LinearOp {
   }
 
   // dy: (N, out) -> dx: (N, in) = dy w;  dw: (out, in) = dy^T x;  db: (out) = sum over N of dy
-  void backward(int n, const float* x, const float* w, const float* dy, float* dx, float* dw,
-                float* db, bool accumulate) override {
+  void backward_f32(int n, const float* x, const float* w, const float* dy, float* dx, float* dw,
+                    float* db, bool accumulate) override {
     check_batch("linear backward", n);
     DDPV_CHECK(dw != nullptr, "linear backward: dw must not be null");
     DDPV_CHECK(!cfg_.bias || db != nullptr, "linear backward: the layer has a bias but db is null");

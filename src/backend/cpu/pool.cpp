@@ -162,7 +162,7 @@ class CpuMaxPool2d final : public FusablePool {
     return record(n);
   }
 
-  void forward(int n, const float* x, float* y) override {
+  void forward_f32(int n, const float* x, float* y) override {
     record(n);
     ctx_.bind_threads();
     const int64_t outer = int64_t{n} * cfg_.channels / inner_;
@@ -173,7 +173,7 @@ class CpuMaxPool2d final : public FusablePool {
     }
   }
 
-  void backward(int n, const float* dy, float* dx) override {
+  void backward_f32(int n, const float* dy, float* dx) override {
     check_batch("max_pool2d", n);
     DDPV_CHECK(n == last_n_, "max_pool2d backward: batch size ", n,
                " differs from the last forward (", last_n_,
@@ -334,7 +334,7 @@ class CpuPool2d final : public FusablePool {
     check_config(cfg);
   }
 
-  void forward(int n, const float* x, float* y) override {
+  void forward_f32(int n, const float* x, float* y) override {
     check_batch(kind_name(cfg_.kind), n);
     ctx_.bind_threads();
     PoolPlan& p = plan(n);
@@ -346,7 +346,7 @@ class CpuPool2d final : public FusablePool {
     last_n_ = n;
   }
 
-  void backward(int n, const float* dy, float* dx) override {
+  void backward_f32(int n, const float* dy, float* dx) override {
     check_batch(kind_name(cfg_.kind), n);
     DDPV_CHECK(cfg_.kind != PoolKind::kMax || n == last_n_, kind_name(cfg_.kind),
                " backward: batch size ", n, " differs from the last forward (", last_n_,

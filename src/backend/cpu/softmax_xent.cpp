@@ -9,7 +9,7 @@
 namespace ddpv::cpu {
 namespace {
 
-class CpuSoftmaxCrossEntropy final : public SoftmaxCrossEntropyOp {
+class CpuSoftmaxCrossEntropy final : public F32SoftmaxCrossEntropyOp {
  public:
   CpuSoftmaxCrossEntropy(const CpuContext& ctx, int classes) : ctx_(ctx), classes_(classes) {
     DDPV_CHECK(classes > 0, "softmax_cross_entropy: the number of classes must be positive, got ",
@@ -17,7 +17,7 @@ class CpuSoftmaxCrossEntropy final : public SoftmaxCrossEntropyOp {
   }
 
   // logits: (N, K), labels: (N) in [0, K)
-  LossResult forward(int n, const float* logits, const int32_t* labels) override {
+  LossResult forward_f32(int n, const float* logits, const int32_t* labels) override {
     check_batch("softmax_cross_entropy forward", n);
     const int k = classes_;
     for (int i = 0; i < n; ++i)
@@ -50,7 +50,7 @@ class CpuSoftmaxCrossEntropy final : public SoftmaxCrossEntropyOp {
   }
 
   // dlogits: (N, K) = (softmax - onehot(label)) * scale
-  void backward(int n, const int32_t* labels, float* dlogits, float scale) override {
+  void backward_f32(int n, const int32_t* labels, float* dlogits, float scale) override {
     check_batch("softmax_cross_entropy backward", n);
     DDPV_CHECK(n == last_n_, "softmax_cross_entropy backward: batch size ", n,
                " differs from the last forward (", last_n_, ")");

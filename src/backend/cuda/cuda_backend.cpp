@@ -190,17 +190,18 @@ class CudaBackend final : public Backend {
     return cuda::make_softmax_cross_entropy(ctx_, classes);
   }
 
-  void relu_forward(int64_t count, const float* x, float* y) override {
-    DDPV_CUDA_CHECK(cuda::relu_forward(count, x, y, ctx_->stream()));
+  // Activations are f32 here in every precision (Note [Activation dtype]).
+  void relu_forward(int64_t count, ConstAct x, MutAct y) override {
+    DDPV_CUDA_CHECK(cuda::relu_forward(count, x.f32(), y.f32(), ctx_->stream()));
   }
-  void relu_backward(int64_t count, const float* y, const float* dy, float* dx) override {
-    DDPV_CUDA_CHECK(cuda::relu_backward(count, y, dy, dx, ctx_->stream()));
+  void relu_backward(int64_t count, ConstAct y, ConstAct dy, MutAct dx) override {
+    DDPV_CUDA_CHECK(cuda::relu_backward(count, y.f32(), dy.f32(), dx.f32(), ctx_->stream()));
   }
-  void add(int64_t count, const float* a, const float* b, float* y) override {
-    DDPV_CUDA_CHECK(cuda::add(count, a, b, y, ctx_->stream()));
+  void add(int64_t count, ConstAct a, ConstAct b, MutAct y) override {
+    DDPV_CUDA_CHECK(cuda::add(count, a.f32(), b.f32(), y.f32(), ctx_->stream()));
   }
-  void add_relu(int64_t count, const float* a, const float* b, float* y) override {
-    DDPV_CUDA_CHECK(cuda::add_relu(count, a, b, y, ctx_->stream()));
+  void add_relu(int64_t count, ConstAct a, ConstAct b, MutAct y) override {
+    DDPV_CUDA_CHECK(cuda::add_relu(count, a.f32(), b.f32(), y.f32(), ctx_->stream()));
   }
   void fill(int64_t count, float value, float* y) override {
     DDPV_CUDA_CHECK(cuda::fill(count, value, y, ctx_->stream()));
@@ -216,7 +217,9 @@ class CudaBackend final : public Backend {
     if (count > 0) DDPV_CUDA_CHECK(cuda::bf16_to_f32(count, x, y, ctx_->stream()));
   }
 
-  void relayout(int n, int h, int w, int c, int from, int to, const float* x, float* y) override {
+  void relayout(int n, int h, int w, int c, int from, int to, ConstAct xa, MutAct ya) override {
+    const float* x = xa.f32();
+    float* y = ya.f32();
     DDPV_CHECK(x != y, "relayout: a transpose cannot run in place");
     if (from == 0 && to == kNchw) {
       DDPV_CUDA_CHECK(cuda::transpose_last2(n, int64_t{h} * w, c, x, y, ctx_->stream()));

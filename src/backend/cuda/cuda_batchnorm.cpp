@@ -4,6 +4,7 @@
 
 #include "backend/cuda/cuda_context.hpp"
 #include "backend/cuda/cuda_ops.hpp"
+#include "backend/f32_ops.hpp"
 #include "ddpv/core/log.hpp"
 
 namespace ddpv::cuda {
@@ -29,7 +30,7 @@ namespace {
 //    statistics, their gradients) 16 bytes at a time and fault with "misaligned address"
 //    otherwise; the arenas keep every tensor 64-byte aligned (Note [Aligned entries]).
 //  - BatchNorm stays fp32 under --precision bf16, as PyTorch's autocast keeps it.
-class CudaBatchNorm final : public BatchNormOp {
+class CudaBatchNorm final : public F32BatchNormOp {
  public:
   CudaBatchNorm(std::shared_ptr<CudaContext> ctx, const BatchNormConfig& cfg)
       : ctx_(std::move(ctx)),
@@ -46,8 +47,8 @@ class CudaBatchNorm final : public BatchNormOp {
                "batchnorm2d: momentum must lie in [0, 1], got ", cfg.momentum);
   }
 
-  void forward_train(int n, const float* x, const float* gamma, const float* beta, float* y,
-                     float* running_mean, float* running_var) override {
+  void forward_train_f32(int n, const float* x, const float* gamma, const float* beta, float* y,
+                         float* running_mean, float* running_var) override {
     set_batch(n);
     DDPV_CHECK(int64_t{n} * cfg_.h * cfg_.w > 1,
                "batchnorm2d: training needs more than one value per channel, got batch ", n, " of ",
@@ -71,8 +72,8 @@ class CudaBatchNorm final : public BatchNormOp {
     trained_n_ = n;
   }
 
-  void forward_infer(int n, const float* x, const float* gamma, const float* beta,
-                     const float* running_mean, const float* running_var, float* y) override {
+  void forward_infer_f32(int n, const float* x, const float* gamma, const float* beta,
+                         const float* running_mean, const float* running_var, float* y) override {
     set_batch(n);
     const float one = 1.0f, zero = 0.0f;
     DDPV_CUDNN_CHECK(cudnnBatchNormalizationForwardInference(
@@ -80,8 +81,8 @@ class CudaBatchNorm final : public BatchNormOp {
         bn_desc_.get(), gamma, beta, running_mean, running_var, static_cast<double>(cfg_.eps)));
   }
 
-  void backward(int n, const float* x, const float* gamma, const float* dy, float* dx,
-                float* dgamma, float* dbeta, bool accumulate) override {
+  void backward_f32(int n, const float* x, const float* gamma, const float* dy, float* dx,
+                    float* dgamma, float* dbeta, bool accumulate) override {
     DDPV_CHECK(n == trained_n_, "batchnorm2d: backward of batch ", n,
                " does not follow a forward_train of that batch (last was ", trained_n_, ")");
     set_batch(n);

@@ -8,6 +8,7 @@
 #include "backend/cuda/cuda_context.hpp"
 #include "backend/cuda/cuda_kernels.hpp"
 #include "backend/cuda/cuda_ops.hpp"
+#include "backend/f32_ops.hpp"
 #include "ddpv/core/log.hpp"
 
 namespace ddpv::cuda {
@@ -47,7 +48,7 @@ std::optional<ConvAlgo> pick_algo(const Perf* perf, int count, bool deterministi
   return std::nullopt;
 }
 
-class CudaConv2d final : public Conv2dOp {
+class CudaConv2d final : public F32Conv2dOp {
  public:
   CudaConv2d(std::shared_ptr<CudaContext> ctx, const Conv2dConfig& cfg)
       : ctx_(std::move(ctx)), cfg_(cfg) {
@@ -66,7 +67,7 @@ class CudaConv2d final : public Conv2dOp {
                                                      CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
   }
 
-  void forward(int n, const float* x, const float* w, const float* b, float* y) override {
+  void forward_f32(int n, const float* x, const float* w, const float* b, float* y) override {
     DDPV_CHECK(!cfg_.bias || b != nullptr, "conv2d forward: the layer has a bias but b is null");
     set_batch(n);
     const ConvAlgo& a = algo(kFwd);
@@ -92,8 +93,8 @@ class CudaConv2d final : public Conv2dOp {
       DDPV_CUDA_CHECK(add_bias(y_count() / cfg_.out_channels, cfg_.out_channels, b, y, st));
   }
 
-  void backward(int n, const float* x, const float* w, const float* dy, float* dx, float* dw,
-                float* db, bool accumulate) override {
+  void backward_f32(int n, const float* x, const float* w, const float* dy, float* dx, float* dw,
+                    float* db, bool accumulate) override {
     DDPV_CHECK(dw != nullptr, "conv2d backward: dw must not be null");
     DDPV_CHECK(!cfg_.bias || db != nullptr, "conv2d backward: the layer has a bias but db is null");
     set_batch(n);

@@ -5,6 +5,7 @@
 #include "backend/cuda/cuda_context.hpp"
 #include "backend/cuda/cuda_kernels.hpp"
 #include "backend/cuda/cuda_ops.hpp"
+#include "backend/f32_ops.hpp"
 
 namespace ddpv::cuda {
 namespace {
@@ -15,7 +16,7 @@ namespace {
 //   y  (N, out) = x w^T    is  y^T  = op_T(w) x          : gemm(T, N, out, N, in)
 //   dx (N, in)  = dy w     is  dx^T = w dy^T             : gemm(N, N, in, N, out)
 //   dw (out,in) = dy^T x   is  dw^T = x op_T(dy)         : gemm(N, T, in, out, N)
-class CudaLinear final : public LinearOp {
+class CudaLinear final : public F32LinearOp {
  public:
   CudaLinear(std::shared_ptr<CudaContext> ctx, const LinearConfig& cfg)
       : ctx_(std::move(ctx)), cfg_(cfg) {
@@ -23,7 +24,7 @@ class CudaLinear final : public LinearOp {
                cfg.in_features, ", out ", cfg.out_features, ")");
   }
 
-  void forward(int n, const float* x, const float* w, const float* b, float* y) override {
+  void forward_f32(int n, const float* x, const float* w, const float* b, float* y) override {
     DDPV_CHECK(n > 0, "linear: batch size must be positive, got ", n);
     DDPV_CHECK(!cfg_.bias || b != nullptr, "linear forward: the layer has a bias but b is null");
     const int in = cfg_.in_features, out = cfg_.out_features;
@@ -44,8 +45,8 @@ class CudaLinear final : public LinearOp {
     if (b != nullptr) DDPV_CUDA_CHECK(add_bias(n, out, b, y, st));
   }
 
-  void backward(int n, const float* x, const float* w, const float* dy, float* dx, float* dw,
-                float* db, bool accumulate) override {
+  void backward_f32(int n, const float* x, const float* w, const float* dy, float* dx, float* dw,
+                    float* db, bool accumulate) override {
     DDPV_CHECK(n > 0, "linear: batch size must be positive, got ", n);
     DDPV_CHECK(dw != nullptr, "linear backward: dw must not be null");
     DDPV_CHECK(!cfg_.bias || db != nullptr, "linear backward: the layer has a bias but db is null");

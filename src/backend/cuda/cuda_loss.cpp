@@ -5,18 +5,19 @@
 #include "backend/cuda/cuda_context.hpp"
 #include "backend/cuda/cuda_kernels.hpp"
 #include "backend/cuda/cuda_ops.hpp"
+#include "backend/f32_ops.hpp"
 
 namespace ddpv::cuda {
 namespace {
 
-class CudaSoftmaxCrossEntropy final : public SoftmaxCrossEntropyOp {
+class CudaSoftmaxCrossEntropy final : public F32SoftmaxCrossEntropyOp {
  public:
   CudaSoftmaxCrossEntropy(std::shared_ptr<CudaContext> ctx, int classes)
       : ctx_(std::move(ctx)), classes_(classes), accum_(sizeof(LossAccum)) {
     DDPV_CHECK(classes > 0, "softmax_cross_entropy: classes must be positive, got ", classes);
   }
 
-  LossResult forward(int n, const float* logits, const int32_t* labels) override {
+  LossResult forward_f32(int n, const float* logits, const int32_t* labels) override {
     DDPV_CHECK(n > 0, "softmax_cross_entropy: batch size must be positive, got ", n);
     if (n > capacity_) {
       probs_ = DeviceMemory(sizeof(float) * static_cast<size_t>(n) * classes_);
@@ -40,7 +41,7 @@ class CudaSoftmaxCrossEntropy final : public SoftmaxCrossEntropyOp {
     return LossResult{host.loss_sum, static_cast<int64_t>(host.correct)};
   }
 
-  void backward(int n, const int32_t* labels, float* dlogits, float scale) override {
+  void backward_f32(int n, const int32_t* labels, float* dlogits, float scale) override {
     DDPV_CHECK(n == last_n_, "softmax_cross_entropy: backward of batch ", n,
                " does not follow a forward of that batch (last was ", last_n_, ")");
     DDPV_CUDA_CHECK(softmax_xent_backward(n, classes_, probs_.as<float>(), labels, scale, dlogits,

@@ -5,6 +5,7 @@
 #include "backend/cuda/cuda_context.hpp"
 #include "backend/cuda/cuda_kernels.hpp"
 #include "backend/cuda/cuda_ops.hpp"
+#include "backend/f32_ops.hpp"
 
 namespace ddpv::cuda {
 namespace {
@@ -14,7 +15,7 @@ namespace {
 // copies of both. Max pooling instead keeps one int32 arg-max per output, and backward gathers
 // over the windows that cover each input, which needs no atomics and is deterministic. The
 // kernels are memory-bound loops of a few lines; ResNet has one max pool and one global pool.
-class CudaPool2d final : public Pool2dOp {
+class CudaPool2d final : public F32Pool2dOp {
  public:
   CudaPool2d(std::shared_ptr<CudaContext> ctx, const Pool2dConfig& cfg)
       : ctx_(std::move(ctx)), cfg_(cfg) {
@@ -28,7 +29,7 @@ class CudaPool2d final : public Pool2dOp {
                " input; padding may be at most half the kernel");
   }
 
-  void forward(int n, const float* x, float* y) override {
+  void forward_f32(int n, const float* x, float* y) override {
     DDPV_CHECK(n > 0, "pool2d: batch size must be positive, got ", n);
     const cudaStream_t st = ctx_->stream();
     const PoolShape s = shape(n);
@@ -49,7 +50,7 @@ class CudaPool2d final : public Pool2dOp {
     last_n_ = n;
   }
 
-  void backward(int n, const float* dy, float* dx) override {
+  void backward_f32(int n, const float* dy, float* dx) override {
     const cudaStream_t st = ctx_->stream();
     const PoolShape s = shape(n);
     switch (cfg_.kind) {

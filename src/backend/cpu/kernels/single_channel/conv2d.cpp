@@ -42,7 +42,7 @@ class SingleChannelConv2d final : public FusableConv {
     return true;
   }
 
-  void forward(int n, const float* x, const float* w, const float* b, float* y) override {
+  void forward_f32(int n, const float* x, const float* w, const float* b, float* y) override {
     check_conv_forward(cfg_, n, b);
     ctx_.bind_threads();
     pad(n, x);
@@ -92,7 +92,7 @@ class SingleChannelConv2d final : public FusableConv {
     DDPV_CHECK(pg_.pk > 0, "single-channel conv: backward_pooled without fuse_max_pool");
     if (dx != nullptr || !pooled_loops_apply(g_.k)) {  // rare: through the dense gradient
       unpool(n, dpooled, positions);
-      backward(n, x, w, dense_.data(), dx, dw, db, accumulate);
+      backward_f32(n, x, w, dense_.data(), dx, dw, db, accumulate);
       return;
     }
     ctx_.bind_threads();
@@ -140,8 +140,8 @@ class SingleChannelConv2d final : public FusableConv {
       }
   }
 
-  void backward(int n, const float* x, const float* w, const float* dy, float* dx, float* dw,
-                float* db, bool accumulate) override {
+  void backward_f32(int n, const float* x, const float* w, const float* dy, float* dx, float* dw,
+                    float* db, bool accumulate) override {
     check_conv_backward(cfg_, n, dw, db);
     ctx_.bind_threads();
     const int kk = g_.k * g_.k;

@@ -137,13 +137,13 @@ class WinogradConv2d final : public FusableConv {
     return "winograd F(" + m + "x" + m + "," + r + "x" + r + ")";
   }
 
-  void forward(int n, const float* x, const float* w, const float* b, float* y) override {
+  void forward_f32(int n, const float* x, const float* w, const float* b, float* y) override {
     check_conv_forward(cfg_, n, b);
     run_forward(geo_, n, x, w, b, y, nullptr);
   }
 
-  void backward(int n, const float* x, const float* w, const float* dy, float* dx, float* dw,
-                float* db, bool accumulate) override {
+  void backward_f32(int n, const float* x, const float* w, const float* dy, float* dx, float* dw,
+                    float* db, bool accumulate) override {
     check_conv_backward(cfg_, n, dw, db);
     run_backward(geo_, n, x, w, dy, nullptr, dx, dw, db, accumulate);
   }
