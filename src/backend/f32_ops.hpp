@@ -9,7 +9,9 @@
 
 namespace ddpv {
 
-class F32Conv2dOp : public Conv2dOp {
+// Conv2dOp and LinearOp take the same arguments (a weighted op: x, w, b -> y).
+template <class Op>
+class F32WeightedOp : public Op {
  public:
   void forward(int n, ConstAct x, const float* w, const float* b, MutAct y) final {
     forward_f32(n, x.f32(), w, b, y.f32());
@@ -22,6 +24,8 @@ class F32Conv2dOp : public Conv2dOp {
   virtual void backward_f32(int n, const float* x, const float* w, const float* dy, float* dx,
                             float* dw, float* db, bool accumulate) = 0;
 };
+using F32Conv2dOp = F32WeightedOp<Conv2dOp>;
+using F32LinearOp = F32WeightedOp<LinearOp>;
 
 class F32BatchNormOp : public BatchNormOp {
  public:
@@ -51,20 +55,6 @@ class F32Pool2dOp : public Pool2dOp {
   void backward(int n, ConstAct dy, MutAct dx) final { backward_f32(n, dy.f32(), dx.f32()); }
   virtual void forward_f32(int n, const float* x, float* y) = 0;
   virtual void backward_f32(int n, const float* dy, float* dx) = 0;
-};
-
-class F32LinearOp : public LinearOp {
- public:
-  void forward(int n, ConstAct x, const float* w, const float* b, MutAct y) final {
-    forward_f32(n, x.f32(), w, b, y.f32());
-  }
-  void backward(int n, ConstAct x, const float* w, ConstAct dy, MutAct dx, float* dw, float* db,
-                bool accumulate) final {
-    backward_f32(n, x.f32(), w, dy.f32(), dx.f32(), dw, db, accumulate);
-  }
-  virtual void forward_f32(int n, const float* x, const float* w, const float* b, float* y) = 0;
-  virtual void backward_f32(int n, const float* x, const float* w, const float* dy, float* dx,
-                            float* dw, float* db, bool accumulate) = 0;
 };
 
 class F32SoftmaxCrossEntropyOp : public SoftmaxCrossEntropyOp {

@@ -40,13 +40,13 @@ void f32_to_bf16_array(int64_t count, const float* x, uint16_t* y) {
 
 namespace {
 
-class Bf16Conv2d final : public Conv2dOp {
+// Conv2dOp and LinearOp take the same arguments: a weighted op's input and output, `in` and
+// `out` elements per sample.
+template <class Op>
+class Bf16Weighted : public Op {
  public:
-  Bf16Conv2d(std::unique_ptr<Conv2dOp> op, const Conv2dConfig& c, Bf16Staging& s)
-      : op_(std::move(op)),
-        in_(int64_t{c.in_h} * c.in_w * c.in_channels),
-        out_(int64_t{c.out_h()} * c.out_w() * c.out_channels),
-        st_(s) {}
+  Bf16Weighted(std::unique_ptr<Op> op, int64_t in, int64_t out, Bf16Staging& s)
+      : op_(std::move(op)), in_(in), out_(out), st_(s) {}
   void forward(int n, ConstAct x, const float* w, const float* b, MutAct y) override {
     st_.bind_threads();
     const float* xf = st_.in(0, x, n * in_);
@@ -61,12 +61,19 @@ class Bf16Conv2d final : public Conv2dOp {
     op_->backward(n, xf, w, dyf, st_.out(2, dx, n * in_), dw, db, accumulate);
     st_.finish(2, dx, n * in_);
   }
-  std::string algorithm() const override { return op_->algorithm() + ", bf16 stored, f32 math"; }
 
- private:
-  std::unique_ptr<Conv2dOp> op_;
+ protected:
+  std::unique_ptr<Op> op_;
   int64_t in_, out_;  // elements per sample
   Bf16Staging& st_;
+};
+
+class Bf16Conv2d final : public Bf16Weighted<Conv2dOp> {
+ public:
+  Bf16Conv2d(std::unique_ptr<Conv2dOp> op, const Conv2dConfig& c, Bf16Staging& s)
+      : Bf16Weighted(std::move(op), int64_t{c.in_h} * c.in_w * c.in_channels,
+                     int64_t{c.out_h()} * c.out_w() * c.out_channels, s) {}
+  std::string algorithm() const override { return op_->algorithm() + ", bf16 stored, f32 math"; }
 };
 
 class Bf16BatchNorm final : public BatchNormOp {
@@ -128,31 +135,6 @@ class Bf16Pool2d final : public Pool2dOp {
   Bf16Staging& st_;
 };
 
-class Bf16Linear final : public LinearOp {
- public:
-  Bf16Linear(std::unique_ptr<LinearOp> op, const LinearConfig& c, Bf16Staging& s)
-      : op_(std::move(op)), in_(c.in_features), out_(c.out_features), st_(s) {}
-  void forward(int n, ConstAct x, const float* w, const float* b, MutAct y) override {
-    st_.bind_threads();
-    const float* xf = st_.in(0, x, n * in_);
-    op_->forward(n, xf, w, b, st_.out(1, y, n * out_));
-    st_.finish(1, y, n * out_);
-  }
-  void backward(int n, ConstAct x, const float* w, ConstAct dy, MutAct dx, float* dw, float* db,
-                bool accumulate) override {
-    st_.bind_threads();
-    const float* xf = st_.in(0, x, n * in_);
-    const float* dyf = st_.in(1, dy, n * out_);
-    op_->backward(n, xf, w, dyf, st_.out(2, dx, n * in_), dw, db, accumulate);
-    st_.finish(2, dx, n * in_);
-  }
-
- private:
-  std::unique_ptr<LinearOp> op_;
-  int64_t in_, out_;
-  Bf16Staging& st_;
-};
-
 // The loss reads bf16 logits as f32 and writes the gradient of the logits rounded to bf16;
 // the loss itself and the counts are f32 / integer as always.
 class Bf16SoftmaxCrossEntropy final : public SoftmaxCrossEntropyOp {
@@ -191,7 +173,8 @@ std::unique_ptr<Pool2dOp> bf16_fallback(std::unique_ptr<Pool2dOp> op, const Pool
 }
 std::unique_ptr<LinearOp> bf16_fallback(std::unique_ptr<LinearOp> op, const LinearConfig& cfg,
                                         Bf16Staging& staging) {
-  return std::make_unique<Bf16Linear>(std::move(op), cfg, staging);
+  return std::make_unique<Bf16Weighted<LinearOp>>(std::move(op), cfg.in_features,
+                                                   cfg.out_features, staging);
 }
 std::unique_ptr<SoftmaxCrossEntropyOp> bf16_fallback(std::unique_ptr<SoftmaxCrossEntropyOp> op,
                                                      int classes, Bf16Staging& staging) {
