@@ -32,6 +32,12 @@ std::span<const ChoiceWord<ConvAlgorithm>> choices(ConvAlgorithm) {
   return kWords;
 }
 
+std::span<const ChoiceWord<CpuBf16>> choices(CpuBf16) {
+  static constexpr ChoiceWord<CpuBf16> kWords[] = {
+      {"auto", CpuBf16::kAuto}, {"onednn", CpuBf16::kOneDnn}, {"fallback", CpuBf16::kFallback}};
+  return kWords;
+}
+
 std::span<const ChoiceWord<BatchNormPath>> choices(BatchNormPath) {
   static constexpr ChoiceWord<BatchNormPath> kWords[] = {{"ex", BatchNormPath::kEx},
                                                          {"legacy", BatchNormPath::kLegacy}};

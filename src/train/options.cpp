@@ -53,9 +53,12 @@ void validate_options(const TrainOptions& o, bool cuda_device) {
   require(o.precision != Precision::kF16, "--precision fp16 is not implemented: use bf16 (or fp32)");
   // Note [Tuning options]: each switch tunes one backend; on the other it would do nothing.
   require(!cuda_device || (o.cpu_layout == CpuLayout::kBlocked &&
-                           o.cpu_conv == ConvAlgorithm::kAuto && !o.no_fuse),
-          "--cpu-layout, --cpu-conv and --no-fuse tune the CPU backend: drop them, or run "
-          "with --device cpu");
+                           o.cpu_conv == ConvAlgorithm::kAuto && !o.no_fuse &&
+                           o.cpu_bf16 == CpuBf16::kAuto),
+          "--cpu-layout, --cpu-conv, --cpu-bf16 and --no-fuse tune the CPU backend: drop them, "
+          "or run with --device cpu");
+  require(o.cpu_bf16 == CpuBf16::kAuto || o.precision == Precision::kBF16,
+          "--cpu-bf16 picks the kernels of --precision bf16: add --precision bf16, or drop it");
   require(cuda_device || o.cuda_bn == BatchNormPath::kEx,
           "--cuda-bn tunes the CUDA backend: drop it on a CPU run");
   // Boost reads "inf" and "nan" as numbers; none of these options has a use for them.
@@ -190,6 +193,7 @@ std::string options_to_config(const TrainOptions& o) {
     << "\nprecision = " << choice_name(o.precision)
     << "\nreduce-dtype = " << choice_name(o.reduce_dtype) << "\nthreads = " << o.threads
     << "\ncpu-layout = " << choice_name(o.cpu_layout) << "\ncpu-conv = " << choice_name(o.cpu_conv)
+    << "\ncpu-bf16 = " << choice_name(o.cpu_bf16)
     << "\nno-fuse = " << b(o.no_fuse) << "\ncuda-bn = " << choice_name(o.cuda_bn)
     << "\nepochs = " << o.epochs << "\nmax-steps = " << o.max_steps
     << "\nrun-steps = " << o.run_steps << "\nbatch-size = " << o.batch_size << "\nlr = " << o.lr

@@ -40,15 +40,9 @@ Trainer::Impl::Impl(const TrainOptions& options, World& w)
     bo.activation_block = o.cpu_layout == CpuLayout::kNhwc ? 0 : -1;  // Note [Tuning options]
     bo.conv_algorithm = o.cpu_conv;
     bo.fuse_layers = !o.no_fuse;
+    bo.cpu_bf16 = o.cpu_bf16;
     bo.cuda_batchnorm = o.cuda_bn;
     backend = make_backend(bo);
-    if (bo.device == Device::kCpu && bo.precision == Precision::kBF16 && world.is_root()) {
-      // Note [bf16 fallback on the CPU]: the bf16 kernels are not there yet.
-      DDPV_WARN(
-          "--precision bf16 on the CPU stores activations in bf16 but computes in f32, "
-          "converting around every layer: it saves memory between layers and runs slower "
-          "than fp32 (use --precision fp32 for speed)");
-    }
     if (o.profile_layers) backend->set_profile(&profile);  // Note [Layer profile]
     if (!o.batch_split.empty())  // on one rank too: a split for another world size is a mistake
       check_split(parse_batch_split(o.batch_split), world.size(), o.batch_size, "--batch-split");
@@ -61,6 +55,9 @@ Trainer::Impl::Impl(const TrainOptions& options, World& w)
     open_data();
     make_feeds();
     build_model();
+    if (world.is_root()) {  // once the model's ops exist: what they run on
+      if (const std::string caveat = backend->caveat(); !caveat.empty()) DDPV_WARN(caveat);
+    }
   } catch (...) {
     failure = std::current_exception();
   }

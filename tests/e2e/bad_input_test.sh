@@ -20,6 +20,11 @@ T=("$BIN/ddpv-train")
 expect 2 "unrecognised option\|unrecognized option" -- "${MPI2[@]}" "${T[@]}" --data "$WORK/tiny.h5" --bogus
 expect 2 "lr must be positive" -- "${MPI2[@]}" "${T[@]}" --data "$WORK/tiny.h5" --lr -1
 expect 2 "--precision fp16 is not implemented" -- "${MPI2[@]}" "${T[@]}" --data "$WORK/tiny.h5" --precision fp16 --device cpu
+expect 2 "add --precision bf16" -- "${MPI2[@]}" "${T[@]}" --data "$WORK/tiny.h5" --cpu-bf16 onednn
+# --cpu-bf16 onednn where oneDNN 2.6 has no bf16 kernels (no AVX-512) stops every rank.
+if ! grep -qw avx512f /proc/cpuinfo; then
+  expect nonzero "has no bf16 convolution on this CPU" -- "${MPI2[@]}" "${T[@]}" --data "$WORK/tiny.h5" --precision bf16 --cpu-bf16 onednn
+fi
 expect 2 "--data is required" -- "${MPI2[@]}" "${T[@]}" --model lenet
 expect 2 "is not in the zoo" -- "${MPI2[@]}" "${T[@]}" --data "$WORK/tiny.h5" --model vgg
 expect 2 "resume auto needs --checkpoint-dir" -- "${MPI2[@]}" "${T[@]}" --data "$WORK/tiny.h5" --resume auto

@@ -1,5 +1,6 @@
-// The CPU backend under --precision bf16 (Note [bf16 fallback on the CPU]): its activations are
-// bf16 and its arithmetic f32, so every op handed bf16 activations must give exactly what the
+// The CPU backend under --precision bf16 --cpu-bf16 fallback (Note [bf16 fallback on the CPU];
+// op_bf16_onednn_test checks oneDNN's bf16 primitives): its activations are bf16 and its
+// arithmetic f32, so every op handed bf16 activations must give exactly what the
 // f32 op of the same configuration gives on the same values, with each activation output
 // rounded once to bf16 (to nearest even) and each f32 output (weight gradients, running
 // statistics, the loss) bit for bit. The f32 ops are checked against naive loops in their own
@@ -47,8 +48,8 @@ void expect_same(const std::vector<float>& got, const std::vector<float>& want, 
 class Bf16OpTest : public ::testing::Test {
  protected:
   std::unique_ptr<Backend> f32_ = make_backend(BackendOptions{.threads = 1});
-  std::unique_ptr<Backend> bf16_ =
-      make_backend(BackendOptions{.threads = 1, .precision = Precision::kBF16});
+  std::unique_ptr<Backend> bf16_ = make_backend(
+      BackendOptions{.threads = 1, .precision = Precision::kBF16, .cpu_bf16 = CpuBf16::kFallback});
 };
 
 TEST_F(Bf16OpTest, TheBackendSaysItsActivationsAreBf16) {

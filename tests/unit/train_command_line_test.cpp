@@ -110,9 +110,20 @@ TEST(CommandLine, TuningOptionsParseAndNameTheirBackend) {
   EXPECT_EQ(back.cpu_conv, o.cpu_conv);
   EXPECT_EQ(back.no_fuse, o.no_fuse);
   EXPECT_EQ(back.cuda_bn, o.cuda_bn);
+  EXPECT_EQ(d.cpu_bf16, CpuBf16::kAuto);
+  const TrainOptions f =
+      parse({"--synthetic", "--precision", "bf16", "--cpu-bf16", "fallback"}).options;
+  EXPECT_EQ(f.cpu_bf16, CpuBf16::kFallback);
+  EXPECT_EQ(parse_config(options_to_config(f)).options.cpu_bf16, CpuBf16::kFallback);
+  EXPECT_EQ(parse_config("precision = bf16\ncpu-bf16 = onednn\n").options.cpu_bf16,
+            CpuBf16::kOneDnn);
 
   std::string e = refusal({"--synthetic", "--cpu-conv", "fft"});
   EXPECT_NE(e.find("use auto, direct or winograd"), std::string::npos) << e;
+  e = refusal({"--synthetic", "--cpu-bf16", "amx"});
+  EXPECT_NE(e.find("use auto, onednn or fallback"), std::string::npos) << e;
+  e = refusal({"--synthetic", "--cpu-bf16", "onednn"});  // fp32: the switch would do nothing
+  EXPECT_NE(e.find("add --precision bf16"), std::string::npos) << e;
   e = refusal({"--synthetic", "--cuda-bn", "fast"});
   EXPECT_NE(e.find("use ex or legacy"), std::string::npos) << e;
   e = refusal({"--synthetic", "--device", "cpu", "--cuda-bn", "legacy"});

@@ -322,6 +322,14 @@ enum class ConvAlgorithm : uint8_t {
 };
 std::span<const ChoiceWord<ConvAlgorithm>> choices(ConvAlgorithm);  // auto | direct | winograd
 
+// CPU, under --precision bf16: what computes the layers (Note [bf16 on oneDNN]).
+enum class CpuBf16 : uint8_t {
+  kAuto,      // oneDNN's bf16 primitives where the CPU computes in bf16, else the fallback
+  kOneDnn,    // oneDNN's bf16 primitives wherever oneDNN creates them, on any of its kernels
+  kFallback,  // f32 kernels between bf16 activations (Note [bf16 fallback on the CPU])
+};
+std::span<const ChoiceWord<CpuBf16>> choices(CpuBf16);  // auto | onednn | fallback
+
 // CUDA: which cuDNN functions BatchNorm runs on (Note [BatchNorm on cuDNN]).
 enum class BatchNormPath : uint8_t {
   kEx,      // cudnnBatchNormalization*Ex, NHWC persistent kernels where cuDNN has them
@@ -347,6 +355,8 @@ struct BackendOptions {
   // CPU: compute chains of layers as fused blocks (Note [Fused blocks]; docs/architecture.md,
   // "Layer fusion"); false declines every block, so every layer runs on its own.
   bool fuse_layers = true;
+  // CPU: what computes the layers under Precision::kBF16 (Note [bf16 on oneDNN]).
+  CpuBf16 cpu_bf16 = CpuBf16::kAuto;
   // CUDA: BatchNorm's cuDNN functions.
   BatchNormPath cuda_batchnorm = BatchNormPath::kEx;
 };
@@ -420,6 +430,9 @@ class Backend {
   virtual int activation_block() const { return 0; }
   // The dtype of activations and their gradients between layers (Note [Activation dtype]).
   virtual DType activation_dtype() const { return DType::kF32; }
+  // What the user should be told once about how this backend will run (a slow path taken,
+  // say), or empty; ddpv-train prints it as a warning on rank 0.
+  virtual std::string caveat() const { return {}; }
 
   // One fused SGD step over the flat arena, PyTorch semantics (spans cover [0, count) exactly
   // once; momentum may be null only when cfg.momentum == 0):

@@ -47,6 +47,7 @@ struct TrainOptions {
   // backend tuning, for comparisons and diagnosis (Note [Tuning options] in backend.hpp)
   CpuLayout cpu_layout = CpuLayout::kBlocked;
   ConvAlgorithm cpu_conv = ConvAlgorithm::kAuto;
+  CpuBf16 cpu_bf16 = CpuBf16::kAuto;  // --cpu-bf16 (Note [bf16 on oneDNN])
   bool no_fuse = false;
   BatchNormPath cuda_bn = BatchNormPath::kEx;
   // schedule

@@ -53,6 +53,8 @@ using Flags = dnnl::normalization_flags;
 struct BatchNormPlan {
   dnnl::batch_normalization_forward train, infer;
   dnnl::batch_normalization_backward bwd;
+  dnnl::batch_normalization_forward::primitive_desc train_pd;
+  dnnl::batch_normalization_backward::primitive_desc bwd_pd;
   Mem x, y, dy, dx, gamma, beta, run_mean, run_var;  // caller memory, bound per call
   Mem workspace;  // the ReLU's mask under fuse_norm_relu (Note [BatchNorm + ReLU])
   Scratchpad scratch;
@@ -61,7 +63,8 @@ struct BatchNormPlan {
 
 class CpuBatchNorm final : public FusableBatchNorm {
  public:
-  CpuBatchNorm(const CpuContext& ctx, const BatchNormConfig& cfg) : ctx_(ctx), cfg_(cfg) {
+  CpuBatchNorm(const CpuContext& ctx, const BatchNormConfig& cfg, Dt act = Dt::f32)
+      : ctx_(ctx), cfg_(cfg), act_(act) {
     DDPV_CHECK(cfg.channels > 0 && cfg.h > 0 && cfg.w > 0,
                "batchnorm2d: channels and spatial size must be positive, got channels=",
                cfg.channels, " size ", cfg.h, "x", cfg.w);
@@ -79,12 +82,14 @@ class CpuBatchNorm final : public FusableBatchNorm {
   }
 
   bool fuse_relu() override {
+    if (act_ != Dt::f32) return false;
     relu_ = true;
     plans_.clear();  // built without the flag
     return true;
   }
 
   double* given_stats() override {
+    if (act_ != Dt::f32) return nullptr;
     given_.resize(2 * size_t(cfg_.channels));
     return given_.data();
   }
@@ -164,12 +169,30 @@ class CpuBatchNorm final : public FusableBatchNorm {
 
   void forward_train_f32(int n, const float* x, const float* gamma, const float* beta, float* y,
                          float* running_mean, float* running_var) override {
+    check_f32();
+    run_train(n, x, gamma, beta, y, running_mean, running_var);
+  }
+  void forward_infer_f32(int n, const float* x, const float* gamma, const float* beta,
+                         const float* running_mean, const float* running_var, float* y) override {
+    check_f32();
+    run_infer(n, x, gamma, beta, running_mean, running_var, y);
+  }
+  void backward_f32(int n, const float* x, const float* gamma, const float* dy, float* dx,
+                    float* dgamma, float* dbeta, bool accumulate) override {
+    check_f32();
+    run_backward(n, x, gamma, dy, dx, dgamma, dbeta, accumulate);
+  }
+
+  // The three entry points on activations of the op's dtype (f32 floats or bf16 bits);
+  // parameters, statistics and their gradients f32 always.
+  void run_train(int n, const void* x, const float* gamma, const float* beta, void* y,
+                 float* running_mean, float* running_var) {
     check_batch("batchnorm2d forward", n);
     const int64_t m = static_cast<int64_t>(n) * cfg_.h * cfg_.w;
     DDPV_CHECK(m > 1, "batchnorm2d: training needs more than one value per channel, got batch ", n,
                " of ", cfg_.h, "x", cfg_.w, "; use a larger batch");
     ctx_.bind_threads();
-    BatchNormPlan& p = plan(n);
+    BatchNormPlan& p = plans_.get(n, "batchnorm2d", this, &CpuBatchNorm::build);
     if (use_given_) set_given_stats(m);
     DDPV_DNNL_CHECK("batchnorm2d forward (training)", {
       bind(p.x, x);
@@ -182,14 +205,14 @@ class CpuBatchNorm final : public FusableBatchNorm {
     const float* mean = static_cast<const float*>(mean_.get_data_handle());
     const float* var = static_cast<const float*>(var_.get_data_handle());
     update_running(m, mean, var, running_mean, running_var);
-    if (relu_) keep_non_finite(n, mean, var, y);
+    if (relu_) keep_non_finite(n, mean, var, static_cast<float*>(y));  // f32 only: fuse_relu
   }
 
-  void forward_infer_f32(int n, const float* x, const float* gamma, const float* beta,
-                         const float* running_mean, const float* running_var, float* y) override {
+  void run_infer(int n, const void* x, const float* gamma, const float* beta,
+                 const float* running_mean, const float* running_var, void* y) {
     check_batch("batchnorm2d forward", n);
     ctx_.bind_threads();
-    BatchNormPlan& p = plan(n);
+    BatchNormPlan& p = plans_.get(n, "batchnorm2d", this, &CpuBatchNorm::build);
     DDPV_DNNL_CHECK("batchnorm2d forward (inference)", {
       bind(p.x, x);
       bind(p.y, y);
@@ -201,14 +224,14 @@ class CpuBatchNorm final : public FusableBatchNorm {
     });
   }
 
-  void backward_f32(int n, const float* x, const float* gamma, const float* dy, float* dx,
-                    float* dgamma, float* dbeta, bool accumulate) override {
+  void run_backward(int n, const void* x, const float* gamma, const void* dy, void* dx,
+                    float* dgamma, float* dbeta, bool accumulate) {
     check_batch("batchnorm2d backward", n);
     DDPV_CHECK(n == last_train_n_, "batchnorm2d backward: batch size ", n,
                " differs from the last forward_train (", last_train_n_,
                "); backward needs that forward's batch statistics");
     ctx_.bind_threads();
-    BatchNormPlan& p = plan(n);
+    BatchNormPlan& p = plans_.get(n, "batchnorm2d", this, &CpuBatchNorm::build);
     DDPV_DNNL_CHECK("batchnorm2d backward", {
       bind(p.x, x);
       bind(p.gamma, gamma);
@@ -225,6 +248,10 @@ class CpuBatchNorm final : public FusableBatchNorm {
   }
 
  private:
+  void check_f32() const {
+    DDPV_CHECK(act_ == Dt::f32, "batchnorm2d: f32 activations handed to a bf16 op (internal)");
+  }
+
   // PyTorch's rule: the running variance takes the unbiased batch variance (oneDNN's variance
   // is the biased one, which normalisation uses).
   void update_running(int64_t m, const float* mean, const float* var, float* running_mean,
@@ -270,18 +297,18 @@ class CpuBatchNorm final : public FusableBatchNorm {
     }
   }
 
-  BatchNormPlan& plan(int n) {
-    auto it = plans_.find(n);
-    if (it != plans_.end()) return *it->second;
-    auto p = std::make_unique<BatchNormPlan>();
-    DDPV_DNNL_CHECK("batchnorm2d: building the primitives for batch size " + std::to_string(n),
-                    build(n, *p));
-    return *plans_.emplace(n, std::move(p)).first->second;
+  // Note [bf16 on oneDNN]: whether oneDNN builds the primitives for n images (on a kernel
+  // other than its reference one unless any_kernel). Not called on the hot path.
+ public:
+  bool try_plan(int n, bool any_kernel) {
+    const BatchNormPlan* p = plans_.try_get(n, this, &CpuBatchNorm::build);
+    return p != nullptr && (any_kernel || !(is_reference(p->train_pd) || is_reference(p->bwd_pd)));
   }
 
+ private:
   void build(int n, BatchNormPlan& p) const {
     const dnnl::engine& eng = ctx_.engine;
-    const auto x_md = activation_desc({n, cfg_.channels, cfg_.h, cfg_.w}, cfg_.block);
+    const auto x_md = activation_desc({n, cfg_.channels, cfg_.h, cfg_.w}, cfg_.block, act_);
     const auto c_md = f32_desc({cfg_.channels}, Tag::x);
     const auto attr = user_scratchpad_attr();
     const Flags affine =
@@ -302,6 +329,8 @@ class CpuBatchNorm final : public FusableBatchNorm {
     p.train = Fwd(train_pd);
     p.infer = Fwd(infer_pd);
     p.bwd = Bwd(bwd_pd);
+    p.train_pd = train_pd;
+    p.bwd_pd = bwd_pd;
     p.scratch.require(train_pd);
     p.scratch.require(infer_pd);
     p.scratch.require(bwd_pd);
@@ -344,6 +373,7 @@ class CpuBatchNorm final : public FusableBatchNorm {
 
   CpuContext ctx_;
   BatchNormConfig cfg_;
+  Dt act_;              // the activations' dtype
   Mem mean_, var_;      // (C) batch statistics of the last forward_train, for backward
   Mem dgamma_, dbeta_;  // (C) backward's output, before overwriting or adding
   // (C) oneDNN 2.6 asks backward for the shift although the gradient does not depend on it,
@@ -356,7 +386,29 @@ class CpuBatchNorm final : public FusableBatchNorm {
   std::vector<double> given_;
   bool use_given_ = false;
   std::vector<float> scale_;  // Note [BatchNorm + residual]: a, then b, per channel
-  std::unordered_map<int, std::unique_ptr<BatchNormPlan>> plans_;  // by batch size
+  PlansByBatch<BatchNormPlan> plans_;
+};
+
+// Note [bf16 on oneDNN]: the normalisation of bf16 activations, with f32 statistics, scale
+// and shift; no fusion (the fused blocks are f32).
+class OneDnnBf16BatchNorm final : public BatchNormOp {
+ public:
+  explicit OneDnnBf16BatchNorm(std::unique_ptr<CpuBatchNorm> op) : op_(std::move(op)) {}
+  void forward_train(int n, ConstAct x, const float* gamma, const float* beta, MutAct y,
+                     float* running_mean, float* running_var) override {
+    op_->run_train(n, x.bf16(), gamma, beta, y.bf16(), running_mean, running_var);
+  }
+  void forward_infer(int n, ConstAct x, const float* gamma, const float* beta,
+                     const float* running_mean, const float* running_var, MutAct y) override {
+    op_->run_infer(n, x.bf16(), gamma, beta, running_mean, running_var, y.bf16());
+  }
+  void backward(int n, ConstAct x, const float* gamma, ConstAct dy, MutAct dx, float* dgamma,
+                float* dbeta, bool accumulate) override {
+    op_->run_backward(n, x.bf16(), gamma, dy.bf16(), dx.bf16(), dgamma, dbeta, accumulate);
+  }
+
+ private:
+  std::unique_ptr<CpuBatchNorm> op_;
 };
 
 }  // namespace
@@ -364,6 +416,14 @@ class CpuBatchNorm final : public FusableBatchNorm {
 std::unique_ptr<FusableBatchNorm> make_batchnorm2d(const CpuContext& ctx,
                                                    const BatchNormConfig& cfg) {
   return std::make_unique<CpuBatchNorm>(ctx, cfg);
+}
+
+std::unique_ptr<BatchNormOp> make_onednn_bf16_batchnorm2d(const CpuContext& ctx,
+                                                          const BatchNormConfig& cfg,
+                                                          bool any_kernel) {
+  auto op = std::make_unique<CpuBatchNorm>(ctx, cfg, Dt::bf16);
+  if (!op->try_plan(2, any_kernel)) return nullptr;
+  return std::make_unique<OneDnnBf16BatchNorm>(std::move(op));
 }
 
 }  // namespace ddpv::cpu

@@ -43,39 +43,14 @@ namespace {
 // Backward-data, which a first layer never runs and which has no planar kernel, stays NHWC ->
 // NHWC with its own reorder of dy.
 
-// A caller-owned tensor as one primitive sees it, in the layout it prefers: load() brings the
-// caller's values in, store() takes the primitive's result out (no-ops when the layouts agree).
-struct Relayout {
-  Mem user, prim;
-  dnnl::reorder to_prim, to_user;
-  bool same = true;
-
-  Relayout() = default;
-  Relayout(const Mem::desc& user_md, const Mem::desc& prim_md, const dnnl::engine& eng)
-      : user(user_memory(user_md, eng)), same(user_md == prim_md) {
-    if (same) {
-      prim = user;
-    } else {
-      prim = Mem(prim_md, eng);
-      to_prim = dnnl::reorder(user, prim);
-      to_user = dnnl::reorder(prim, user);
-    }
-  }
-  void load(const CpuContext& ctx, const float* p) {
-    bind(user, p);
-    if (!same) to_prim.execute(ctx.stream, user, prim);
-  }
-  void store(const CpuContext& ctx, float* p) {
-    bind(user, p);
-    if (!same) to_user.execute(ctx.stream, prim, user);
-  }
-};
-
 // Everything built for one batch size.
 struct ConvPlan {
   dnnl::convolution_forward fwd;
   dnnl::convolution_backward_data bwd_data;
   dnnl::convolution_backward_weights bwd_weights;
+  dnnl::convolution_forward::primitive_desc fwd_pd;
+  dnnl::convolution_backward_data::primitive_desc bwd_data_pd;
+  dnnl::convolution_backward_weights::primitive_desc bwd_w_pd;
   Relayout x, y, dy, dx;  // activations (Note [Mixed activation layouts])
   // Note [First convolution from NCHW]: backward-data's own dy where its layout is not dy's,
   // built on its first use (a first layer never has one).
@@ -84,16 +59,11 @@ struct ConvPlan {
   std::optional<Relayout> dy_data;
   Mem b;  // caller memory, bound per call
   Relayout w_fwd, w_bwd;
-  Mem dw_user, dw_prim, db_prim;
-  dnnl::reorder dw_store, dw_add;  // dw_prim -> caller's OIHW, overwriting / accumulating
+  WeightGrad dw;
+  Mem db_prim;
   Scratchpad scratch;
   std::unordered_map<int, Mem> fwd_args, bwd_data_args, bwd_weights_args;
 };
-
-// Whether oneDNN put a primitive on one of its reference (plain C++) kernels.
-bool is_reference(const dnnl::primitive_desc_base& pd) {
-  return std::string_view(pd.impl_info_str()).starts_with("ref");
-}
 
 void check_config(const Conv2dConfig& c) {
   DDPV_CHECK(c.in_channels > 0 && c.out_channels > 0 && c.in_h > 0 && c.in_w > 0 && c.kernel > 0 &&
@@ -109,16 +79,31 @@ void check_config(const Conv2dConfig& c) {
              "or more padding");
 }
 
+// On f32 activations, or (Note [bf16 on oneDNN]) on bf16 ones through Bf16Conv2dPrimitives.
 class CpuConv2d final : public FusableConv {
  public:
-  CpuConv2d(const CpuContext& ctx, const Conv2dConfig& cfg) : ctx_(ctx), cfg_(cfg) {
+  CpuConv2d(const CpuContext& ctx, const Conv2dConfig& cfg, Dt act = Dt::f32)
+      : ctx_(ctx), cfg_(cfg), act_(act) {
     check_config(cfg);
   }
 
   void forward_f32(int n, const float* x, const float* w, const float* b, float* y) override {
+    DDPV_CHECK(act_ == Dt::f32, "conv2d: f32 activations handed to a bf16 op (internal)");
+    run_forward(n, x, w, b, y);
+  }
+  void backward_f32(int n, const float* x, const float* w, const float* dy, float* dx, float* dw,
+                    float* db, bool accumulate) override {
+    DDPV_CHECK(act_ == Dt::f32, "conv2d: f32 activations handed to a bf16 op (internal)");
+    run_backward(n, x, w, dy, dx, dw, db, accumulate);
+  }
+
+  // The two directions on activations of the op's dtype (f32 floats or bf16 bits); weights,
+  // bias and their gradients f32 always.
+  void run_forward(int n, const void* x, const float* w, const float* b, void* y) {
     check_conv_forward(cfg_, n, b);
     ctx_.bind_threads();
-    ConvPlan& p = plan(n);
+    ConvPlan& p = plans_.get(n, "conv2d", this, &CpuConv2d::build);
+    last_n_ = n;
     DDPV_DNNL_CHECK("conv2d forward", {
       p.w_fwd.load(ctx_, w);
       p.x.load(ctx_, x);
@@ -129,11 +114,11 @@ class CpuConv2d final : public FusableConv {
     });
   }
 
-  void backward_f32(int n, const float* x, const float* w, const float* dy, float* dx, float* dw,
-                    float* db, bool accumulate) override {
+  void run_backward(int n, const void* x, const float* w, const void* dy, void* dx, float* dw,
+                    float* db, bool accumulate) {
     check_conv_backward(cfg_, n, dw, db);
     ctx_.bind_threads();
-    ConvPlan& p = plan(n);
+    ConvPlan& p = plans_.get(n, "conv2d", this, &CpuConv2d::build);
     DDPV_DNNL_CHECK("conv2d backward", {
       p.dy.load(ctx_, dy);
       if (dx != nullptr) {
@@ -151,8 +136,7 @@ class CpuConv2d final : public FusableConv {
       }
       p.x.load(ctx_, x);
       p.bwd_weights.execute(ctx_.stream, p.bwd_weights_args);
-      bind(p.dw_user, dw);
-      (accumulate ? p.dw_add : p.dw_store).execute(ctx_.stream, p.dw_prim, p.dw_user);
+      p.dw.store(ctx_, dw, accumulate);
     });
     if (cfg_.bias) {
       const float* src = static_cast<const float*>(p.db_prim.get_data_handle());
@@ -164,16 +148,31 @@ class CpuConv2d final : public FusableConv {
     }
   }
 
- private:
-  ConvPlan& plan(int n) {
-    auto it = plans_.find(n);
-    if (it != plans_.end()) return *it->second;
-    auto p = std::make_unique<ConvPlan>();
-    DDPV_DNNL_CHECK("conv2d: building the primitives for batch size " + std::to_string(n),
-                    build(n, *p));
-    return *plans_.emplace(n, std::move(p)).first->second;
+  // Note [bf16 on oneDNN]: builds the primitives for n images if oneDNN has them; the
+  // kernels it picked (forward, backward-data, backward-weights), or an empty string when it
+  // refuses. Not called on the hot path.
+  std::string try_plan(int n) {
+    if (plans_.try_get(n, this, &CpuConv2d::build) == nullptr) return {};
+    last_n_ = n;
+    return kernels();
+  }
+  // Whether any of the last plan's primitives is on a reference kernel.
+  bool on_reference() const {
+    const ConvPlan& p = *plans_.find(last_n_);
+    return is_reference(p.fwd_pd) || is_reference(p.bwd_data_pd) || is_reference(p.bwd_w_pd);
+  }
+  // The kernels of the last forward's batch size: "brgconv:avx512_core_amx_bf16", or the three
+  // (forward / backward-data / backward-weights) where they differ.
+  std::string kernels() const {
+    const ConvPlan* plan = plans_.find(last_n_);
+    if (plan == nullptr) return {};
+    const ConvPlan& p = *plan;
+    const std::string f = p.fwd_pd.impl_info_str(), d = p.bwd_data_pd.impl_info_str(),
+                      w = p.bwd_w_pd.impl_info_str();
+    return f == d && d == w ? f : f + " / " + d + " / " + w;
   }
 
+ private:
   void build(int n, ConvPlan& p) const {
     const auto& c = cfg_;
     const dnnl::engine& eng = ctx_.engine;
@@ -184,11 +183,13 @@ class CpuConv2d final : public FusableConv {
     const Mem::dims strides{c.stride, c.stride}, pad{c.padding, c.padding};
     // The caller's layouts, and the primitives' (Notes [Mixed activation layouts] and [First
     // convolution from NCHW]).
-    const auto x_user = activation_desc(x_dims, c.in_block);
-    const auto y_user = activation_desc(y_dims, c.out_block);
+    const auto x_user = activation_desc(x_dims, c.in_block, act_);
+    const auto y_user = activation_desc(y_dims, c.out_block, act_);
     const bool mixed = c.in_block != c.out_block;
     const auto w_user_md = f32_desc(w_dims, Tag::oihw), b_md = f32_desc(b_dims, Tag::x);
-    const auto w_any = f32_desc(w_dims, Tag::any);
+    // Note [bf16 on oneDNN]: bf16 weights (the arena's reordered and rounded on every call)
+    // where the activations are bf16; weight gradients f32 either way.
+    const auto w_any = Mem::desc(w_dims, act_, Tag::any), dw_any = f32_desc(w_dims, Tag::any);
     const auto alg = dnnl::algorithm::convolution_direct;
     const auto attr = user_scratchpad_attr();
 
@@ -205,8 +206,8 @@ class CpuConv2d final : public FusableConv {
     const auto bwd_w_pd_of = [&](const Mem::desc& x_md, const Mem::desc& y_md,
                                  const Fwd::primitive_desc& hint) {
       return BwdWeights::primitive_desc(
-          c.bias ? BwdWeights::desc(alg, x_md, w_any, b_md, y_md, strides, pad, pad)
-                 : BwdWeights::desc(alg, x_md, w_any, y_md, strides, pad, pad),
+          c.bias ? BwdWeights::desc(alg, x_md, dw_any, b_md, y_md, strides, pad, pad)
+                 : BwdWeights::desc(alg, x_md, dw_any, y_md, strides, pad, pad),
           attr, eng, hint);
     };
     Mem::desc x_md = x_user, y_md = y_user;
@@ -214,7 +215,7 @@ class CpuConv2d final : public FusableConv {
     BwdWeights::primitive_desc bwd_w_pd;
     bool planar = mixed && c.in_block == 0;  // Note [First convolution from NCHW]
     if (planar) {
-      x_md = f32_desc(x_dims, Tag::nchw);
+      x_md = Mem::desc(x_dims, act_, Tag::nchw);
       try {
         fwd_pd = fwd_pd_of(x_md, y_md);
         bwd_w_pd = bwd_w_pd_of(x_md, y_md, fwd_pd);
@@ -225,16 +226,16 @@ class CpuConv2d final : public FusableConv {
     }
     if (!planar) {
       if (mixed) {  // Note [Mixed activation layouts]
-        x_md = activation_desc(x_dims, 0);
-        y_md = activation_desc(y_dims, 0);
+        x_md = activation_desc(x_dims, 0, act_);
+        y_md = activation_desc(y_dims, 0, act_);
       }
       fwd_pd = fwd_pd_of(x_md, y_md);
       bwd_w_pd = bwd_w_pd_of(x_md, y_md, fwd_pd);
     }
     // Backward-data has no planar kernel of its own: where forward is planar, it runs NHWC ->
     // NHWC (Note [First convolution from NCHW]).
-    const auto data_x_md = planar ? activation_desc(x_dims, 0) : x_md;
-    const auto data_y_md = planar ? activation_desc(y_dims, 0) : y_md;
+    const auto data_x_md = planar ? activation_desc(x_dims, 0, act_) : x_md;
+    const auto data_y_md = planar ? activation_desc(y_dims, 0, act_) : y_md;
     const BwdData::primitive_desc bwd_data_pd(
         BwdData::desc(alg, data_x_md, w_any, data_y_md, strides, pad, pad), attr, eng,
         planar ? fwd_pd_of(data_x_md, data_y_md) : fwd_pd);
@@ -242,6 +243,9 @@ class CpuConv2d final : public FusableConv {
     p.fwd = Fwd(fwd_pd);
     p.bwd_data = BwdData(bwd_data_pd);
     p.bwd_weights = BwdWeights(bwd_w_pd);
+    p.fwd_pd = fwd_pd;
+    p.bwd_data_pd = bwd_data_pd;
+    p.bwd_w_pd = bwd_w_pd;
     p.scratch.require(fwd_pd);
     p.scratch.require(bwd_data_pd);
     p.scratch.require(bwd_w_pd);
@@ -256,16 +260,8 @@ class CpuConv2d final : public FusableConv {
     p.b = user_memory(b_md, eng);
     p.w_fwd = Relayout(w_user_md, fwd_pd.weights_desc(), eng);
     p.w_bwd = Relayout(w_user_md, bwd_data_pd.weights_desc(), eng);
-    p.dw_user = user_memory(w_user_md, eng);
-    p.dw_prim = Mem(bwd_w_pd.diff_weights_desc(), eng);
+    p.dw = WeightGrad(w_user_md, bwd_w_pd.diff_weights_desc(), eng);
     p.db_prim = Mem(b_md, eng);
-    p.dw_store = dnnl::reorder(p.dw_prim, p.dw_user);
-    dnnl::post_ops sum;
-    sum.append_sum(1.0f);
-    dnnl::primitive_attr add_attr;
-    add_attr.set_post_ops(sum);
-    p.dw_add = dnnl::reorder(
-        dnnl::reorder::primitive_desc(eng, p.dw_prim.get_desc(), eng, w_user_md, add_attr));
 
     p.fwd_args = {{DNNL_ARG_SRC, p.x.prim},
                   {DNNL_ARG_WEIGHTS, p.w_fwd.prim},
@@ -278,17 +274,47 @@ class CpuConv2d final : public FusableConv {
                        {DNNL_ARG_SCRATCHPAD, p.scratch.view(bwd_data_pd, eng)}};
     p.bwd_weights_args = {{DNNL_ARG_SRC, p.x.prim},
                           {DNNL_ARG_DIFF_DST, p.dy.prim},
-                          {DNNL_ARG_DIFF_WEIGHTS, p.dw_prim},
+                          {DNNL_ARG_DIFF_WEIGHTS, p.dw.prim},
                           {DNNL_ARG_SCRATCHPAD, p.scratch.view(bwd_w_pd, eng)}};
     if (c.bias) p.bwd_weights_args.emplace(DNNL_ARG_DIFF_BIAS, p.db_prim);
   }
 
   CpuContext ctx_;
   Conv2dConfig cfg_;
-  std::unordered_map<int, std::unique_ptr<ConvPlan>> plans_;  // by batch size
+  Dt act_;          // the activations' dtype
+  int last_n_ = 0;  // the batch size of the last forward (or probe)
+  PlansByBatch<ConvPlan> plans_;
+};
+
+// Note [bf16 on oneDNN]: the convolution on bf16 activations.
+class OneDnnBf16Conv2d final : public Conv2dOp {
+ public:
+  OneDnnBf16Conv2d(std::unique_ptr<CpuConv2d> op, const Conv2dConfig& c, Bf16Staging& s)
+      : op_(std::move(op)), in_(int64_t{c.in_h} * c.in_w * c.in_channels), st_(s) {}
+  void forward(int n, ConstAct x, const float* w, const float* b, MutAct y) override {
+    op_->run_forward(n, st_.as_bf16(x, n * in_), w, b, y.bf16());
+  }
+  void backward(int n, ConstAct x, const float* w, ConstAct dy, MutAct dx, float* dw, float* db,
+                bool accumulate) override {
+    op_->run_backward(n, st_.as_bf16(x, n * in_), w, dy.bf16(), dx.bf16(), dw, db, accumulate);
+  }
+  std::string algorithm() const override { return "direct, bf16 on oneDNN " + op_->kernels(); }
+
+ private:
+  std::unique_ptr<CpuConv2d> op_;
+  int64_t in_;  // input elements per image
+  Bf16Staging& st_;
 };
 
 }  // namespace
+
+std::unique_ptr<Conv2dOp> make_onednn_bf16_conv2d(const CpuContext& ctx, const Conv2dConfig& cfg,
+                                                  bool any_kernel, Bf16Staging& staging) {
+  auto op = std::make_unique<CpuConv2d>(ctx, cfg, Dt::bf16);
+  const int probe = 2;  // batch statistics want two images; the kernels rarely depend on n
+  if (op->try_plan(probe).empty() || (!any_kernel && op->on_reference())) return nullptr;
+  return std::make_unique<OneDnnBf16Conv2d>(std::move(op), cfg, staging);
+}
 
 std::unique_ptr<FusableConv> make_conv2d(const CpuContext& ctx, const Conv2dConfig& cfg) {
   check_config(cfg);

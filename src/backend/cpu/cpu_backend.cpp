@@ -86,6 +86,26 @@ void each_element(int64_t count, const Body& body) {
   });
 }
 
+// The instruction set oneDNN runs on, as its documentation names it.
+const char* isa_name() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::avx512_core_amx:
+      return "AMX";
+    case dnnl::cpu_isa::avx512_core_bf16:
+      return "AVX512-BF16";
+    case dnnl::cpu_isa::avx512_core_vnni:
+      return "AVX-512 VNNI";
+    case dnnl::cpu_isa::avx512_core:
+      return "AVX-512";
+    case dnnl::cpu_isa::avx2_vnni:
+      return "AVX2 VNNI";
+    case dnnl::cpu_isa::avx2:
+      return "AVX2";
+    default:
+      return "below AVX2";
+  }
+}
+
 // Note [Blocked activations] on oneDNN: 16-channel blocks where AVX-512 runs, 8 otherwise.
 int preferred_block() {
   const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
@@ -102,8 +122,9 @@ class CpuBackend final : public Backend {
                options.threads);
     DDPV_CHECK(options.precision != Precision::kF16,
                "--precision fp16 is not supported by the CPU backend: use bf16 or fp32");
-    // Note [bf16 fallback on the CPU]: bf16 activations, f32 arithmetic.
+    // Notes [bf16 on oneDNN] and [bf16 fallback on the CPU].
     bf16_ = options.precision == Precision::kBF16;
+    bf16_mode_ = options.cpu_bf16;
     ctx_.threads = options.threads;
     ctx_.block = options.activation_block >= 0 ? options.activation_block : preferred_block();
     ctx_.conv = options.conv_algorithm;
@@ -113,7 +134,9 @@ class CpuBackend final : public Backend {
     if (ctx_.conv != ConvAlgorithm::kAuto)
       tuning_ += std::string(", conv ") + choice_name(ctx_.conv);
     if (!fuse_) tuning_ += ", no fusion";
-    if (bf16_) tuning_ += ", bf16 activations, f32 math";
+    if (bf16_) tuning_ += onednn_bf16() ? ", bf16 on oneDNN" : ", bf16 activations, f32 math";
+    if (bf16_ && bf16_mode_ != CpuBf16::kAuto)
+      tuning_ += std::string(" (--cpu-bf16 ") + choice_name(bf16_mode_) + ")";
     DDPV_CHECK(ctx_.block == 0 || ctx_.block == 8 || ctx_.block == 16,
                "the CPU backend keeps activations in NHWC (block 0) or in blocks of 8 or 16 "
                "channels, not ",
@@ -148,22 +171,37 @@ class CpuBackend final : public Backend {
 
   void synchronize() override {}
 
-  // Under bf16 each op is the f32 one inside its fallback adapter (Note [bf16 fallback on the
-  // CPU]).
+  // Under bf16 each op is oneDNN's bf16 one (Note [bf16 on oneDNN]) or the f32 one inside its
+  // fallback adapter (Note [bf16 fallback on the CPU]).
   std::unique_ptr<Conv2dOp> conv2d(const Conv2dConfig& cfg) override {
-    if (bf16_) return bf16_fallback(make_conv2d(ctx_, cfg), cfg, staging_);
+    if (bf16_) {
+      return bf16_op([&](bool any) { return make_onednn_bf16_conv2d(ctx_, cfg, any, staging_); },
+                     "convolution",
+                     [&] { return bf16_fallback(make_conv2d(ctx_, cfg), cfg, staging_); });
+    }
     return make_conv2d(ctx_, cfg);
   }
   std::unique_ptr<BatchNormOp> batchnorm2d(const BatchNormConfig& cfg) override {
-    if (bf16_) return bf16_fallback(make_batchnorm2d(ctx_, cfg), cfg, staging_);
+    if (bf16_) {
+      return bf16_op([&](bool any) { return make_onednn_bf16_batchnorm2d(ctx_, cfg, any); },
+                     "batch normalization",
+                     [&] { return bf16_fallback(make_batchnorm2d(ctx_, cfg), cfg, staging_); });
+    }
     return make_batchnorm2d(ctx_, cfg);
   }
   std::unique_ptr<Pool2dOp> pool2d(const Pool2dConfig& cfg) override {
-    if (bf16_) return bf16_fallback(make_pool2d(ctx_, cfg), cfg, staging_);
+    if (bf16_) {
+      return bf16_op([&](bool any) { return make_onednn_bf16_pool2d(ctx_, cfg, any); }, "pooling",
+                     [&] { return bf16_fallback(make_pool2d(ctx_, cfg), cfg, staging_); });
+    }
     return make_pool2d(ctx_, cfg);
   }
   std::unique_ptr<LinearOp> linear(const LinearConfig& cfg) override {
-    if (bf16_) return bf16_fallback(make_linear(ctx_, cfg), cfg, staging_);
+    if (bf16_) {
+      return bf16_op([&](bool any) { return make_onednn_bf16_linear(ctx_, cfg, any, staging_); },
+                     "inner product",
+                     [&] { return bf16_fallback(make_linear(ctx_, cfg), cfg, staging_); });
+    }
     return make_linear(ctx_, cfg);
   }
   // Note [Fused blocks]: every chain is one op on the CPU (the op composes what its kernels
@@ -179,6 +217,25 @@ class CpuBackend final : public Backend {
   }
 
   DType activation_dtype() const override { return bf16_ ? DType::kBF16 : DType::kF32; }
+
+  std::string caveat() const override {
+    if (!bf16_) return {};
+    if (!onednn_bf16()) {
+      return std::string("--precision bf16 on this CPU (") + isa_name() +
+             (bf16_mode_ == CpuBf16::kFallback ? ", --cpu-bf16 fallback"
+                                               : ", no bf16 instructions") +
+             ") stores activations in bf16 but computes in f32, converting around every layer: "
+             "it saves memory between layers and runs slower than fp32 (use --precision fp32 for "
+             "speed)";
+    }
+    if (bf16_fallbacks_ > 0) {
+      return "--precision bf16: oneDNN has no bf16 kernel (other than its reference one) for " +
+             std::to_string(bf16_fallbacks_) +
+             " of the model's layers, which compute in f32 between bf16 activations "
+             "(--profile-layers names each layer's kernel)";
+    }
+    return {};
+  }
 
   // The elementwise ops: the f32 loops below, or, where a view is bf16, the same rules through
   // each_element with the views widened and rounded (Note [Activation dtype]).
@@ -423,7 +480,27 @@ class CpuBackend final : public Backend {
 
   cpu::CpuContext ctx_;
   bool fuse_ = true;  // docs/architecture.md, "Layer fusion"
+  // Note [bf16 on oneDNN]: oneDNN's bf16 primitives where used; the ops the fallback runs.
+  bool onednn_bf16() const {
+    return bf16_mode_ == CpuBf16::kOneDnn || (bf16_mode_ == CpuBf16::kAuto && cpu_computes_bf16());
+  }
+  // make(any_kernel): oneDNN's op, or null; fallback(): the f32 op in its adapter.
+  template <class Make, class Fallback>
+  auto bf16_op(Make make, const char* what, Fallback fallback) -> decltype(fallback()) {
+    if (onednn_bf16()) {
+      const bool forced = bf16_mode_ == CpuBf16::kOneDnn;
+      if (auto op = make(/*any_kernel=*/forced)) return op;
+      DDPV_CHECK(!forced, "--cpu-bf16 onednn: oneDNN ", dnnl_version()->major, ".",
+                 dnnl_version()->minor, " has no bf16 ", what, " on this CPU (", isa_name(),
+                 "); use --cpu-bf16 auto (f32 kernels where oneDNN has no bf16 ones)");
+      ++bf16_fallbacks_;
+    }
+    return fallback();
+  }
+
   bool bf16_ = false;  // Note [bf16 fallback on the CPU]
+  CpuBf16 bf16_mode_ = CpuBf16::kAuto;
+  int bf16_fallbacks_ = 0;  // ops on the fallback although oneDNN's bf16 ones were asked for
   Bf16Staging staging_{ctx_};
   std::string tuning_;  // the tuning options that are not the default, for name()
 };
@@ -521,6 +598,13 @@ void CpuBackend::sgd_update_sum(const SgdConfig& cfg, const std::vector<ParamSpa
 }
 
 }  // namespace
+
+bool cpu_computes_bf16() {
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+  return (isa & bf16) == bf16;  // AMX's mask holds AVX512-BF16's
+}
+
 }  // namespace cpu
 
 std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& options) {

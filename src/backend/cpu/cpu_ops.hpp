@@ -13,7 +13,8 @@
 namespace ddpv::cpu {
 
 // The CPU's op kernels compute on f32 activations (backend/f32_ops.hpp); bf16 activations
-// reach them through the fallback's adapters (Note [bf16 fallback on the CPU]).
+// reach oneDNN's bf16 primitives (Note [bf16 on oneDNN]) or, where those are not used, the f32
+// kernels through the fallback's adapters (Note [bf16 fallback on the CPU]).
 //
 // The CPU ops with what their kernels can take in from their neighbours. Only the CPU's fused
 // blocks (fused_block.cpp, Note [Fused blocks]) ask for these; a layer sees plain ops.
@@ -119,6 +120,14 @@ class Bf16Staging {
     if (a.is_bf16() && a.data != nullptr)
       f32_to_bf16_array(count, buffers_[static_cast<size_t>(k)].data(), a.bf16());
   }
+  // bf16 elements of `a`: a itself when it is bf16 (or null), else its f32 values rounded
+  // into a bf16 buffer of this staging's (for oneDNN's bf16 ops handed the model's f32 input).
+  const uint16_t* as_bf16(ConstAct a, int64_t count) {
+    if (a.is_bf16() || a.data == nullptr) return a.bf16();
+    if (bf16_.size() < static_cast<size_t>(count)) bf16_.resize(static_cast<size_t>(count));
+    f32_to_bf16_array(count, a.f32(), bf16_.data());
+    return bf16_.data();
+  }
   void bind_threads() const { ctx_.bind_threads(); }
 
  private:
@@ -130,6 +139,7 @@ class Bf16Staging {
 
   const CpuContext& ctx_;
   std::array<std::vector<float>, 3> buffers_;
+  std::vector<uint16_t> bf16_;
 };
 
 // Each wraps an f32 op of the same configuration: it hands the op f32 copies of its bf16
@@ -147,6 +157,45 @@ std::unique_ptr<SoftmaxCrossEntropyOp> bf16_fallback(std::unique_ptr<SoftmaxCros
 
 std::unique_ptr<FusableConv> make_conv2d(const CpuContext& ctx,
                                          const Conv2dConfig& cfg);  // conv.cpp
+
+// Note [bf16 on oneDNN]: under --precision bf16 the convolutions, BatchNorms, poolings and fully
+// connected layers run on oneDNN's bf16 primitives where the CPU computes in bf16 (AVX512-BF16
+// or AMX; --cpu-bf16 auto). Activations and their gradients go in and out as bf16, in the
+// layouts of the f32 path (NHWC or the ISA's channel blocks, which oneDNN's bf16 kernels take
+// too); products of bf16 values are summed in f32, which is what AMP's autocast computes. The
+// arena's f32 weights are reordered into bf16 in the primitive's layout on every call (as f32
+// weights are, Note [Conv weight layouts]); weight and bias gradients come out of oneDNN in f32
+// from the bf16 inputs and land in the f32 gradient arena as the f32 path's do; BatchNorm's
+// statistics, scale and shift stay f32. The convolution and the inner product also take the
+// model's f32 input (an RGB stem's NHWC images), rounded once into a staging buffer. Our own
+// f32 kernels (Winograd, the single-channel loops, our max pooling, the fused blocks) are not
+// used under bf16: max pooling too is oneDNN's.
+//
+// Which path an op takes is settled when it is built, by building its primitives for a batch
+// of two: auto gives an op that oneDNN refuses in bf16, or puts on a reference kernel, the
+// fallback (Note [bf16 fallback on the CPU]) and ddpv-train says how many did; --cpu-bf16
+// onednn takes whatever kernel oneDNN has (on plain AVX-512 it emulates bf16; on AVX2 it
+// refuses, and the op's refusal is then the run's one-line error); --cpu-bf16 fallback forces
+// the fallback. Auto stops short of plain AVX-512 because there oneDNN's bf16 is emulated and
+// its speed against the fallback's has not been measured.
+//
+// Each returns null where oneDNN refuses the op in bf16, or puts it on a reference kernel while
+// !any_kernel.
+// The convolution and the inner product take the model's f32 input too, rounded to bf16 in
+// `staging`.
+std::unique_ptr<Conv2dOp> make_onednn_bf16_conv2d(const CpuContext& ctx, const Conv2dConfig& cfg,
+                                                  bool any_kernel,
+                                                  Bf16Staging& staging);  // conv.cpp
+std::unique_ptr<BatchNormOp> make_onednn_bf16_batchnorm2d(const CpuContext& ctx,
+                                                          const BatchNormConfig& cfg,
+                                                          bool any_kernel);  // batchnorm.cpp
+std::unique_ptr<Pool2dOp> make_onednn_bf16_pool2d(const CpuContext& ctx, const Pool2dConfig& cfg,
+                                                  bool any_kernel);  // pool.cpp
+std::unique_ptr<LinearOp> make_onednn_bf16_linear(const CpuContext& ctx, const LinearConfig& cfg,
+                                                  bool any_kernel,
+                                                  Bf16Staging& staging);  // linear.cpp
+// Whether the CPU computes in bf16 (AVX512-BF16 or AMX), as oneDNN sees it.
+bool cpu_computes_bf16();
 // kernels/single_channel/conv2d.cpp: a convolution from one input channel on our own loops, where
 // it applies; `baseline`: the loops built for the baseline instruction set even where AVX2 + FMA
 // are there (the tests compare the two).

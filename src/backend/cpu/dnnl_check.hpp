@@ -5,8 +5,11 @@
 #include <oneapi/dnnl/dnnl_debug.h>
 
 #include <algorithm>
+#include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 
 #include "ddpv/backend/backend.hpp"
 #include "ddpv/core/error.hpp"
@@ -64,20 +67,123 @@ struct CpuContext {
 
 // A plain f32 memory descriptor of the given dims and tag.
 inline Mem::desc f32_desc(const Mem::dims& dims, Tag tag) { return Mem::desc(dims, Dt::f32, tag); }
+// oneDNN's name for an activation dtype.
+inline Dt dnnl_dtype(DType t) { return t == DType::kBF16 ? Dt::bf16 : Dt::f32; }
+
 // An activation of logical dims (N, C, H, W) in the layout of `block` (Note [Blocked
-// activations]): NHWC for 0, oneDNN's nChw8c / nChw16c for 8 / 16.
-inline Mem::desc activation_desc(const Mem::dims& nchw, int block) {
+// activations]): NHWC for 0, oneDNN's nChw8c / nChw16c for 8 / 16; f32 unless `dt` says.
+inline Mem::desc activation_desc(const Mem::dims& nchw, int block, Dt dt = Dt::f32) {
   DDPV_CHECK(block == 0 || block == 8 || block == 16, "no activation layout with block ", block);
   DDPV_CHECK(block == 0 || nchw[1] % block == 0, nchw[1], " channels do not fill blocks of ",
              block);
-  return f32_desc(nchw, block == 0 ? Tag::nhwc : block == 8 ? Tag::nChw8c : Tag::nChw16c);
+  return Mem::desc(nchw, dt, block == 0 ? Tag::nhwc : block == 8 ? Tag::nChw8c : Tag::nChw16c);
 }
 
 // A memory object over caller-owned data; the pointer is bound per call with bind().
 inline Mem user_memory(const Mem::desc& md, const dnnl::engine& eng) {
   return Mem(md, eng, DNNL_MEMORY_NONE);
 }
-inline void bind(const Mem& m, const float* p) { m.set_data_handle(const_cast<float*>(p)); }
+inline void bind(const Mem& m, const void* p) { m.set_data_handle(const_cast<void*>(p)); }
+
+// Whether oneDNN put a primitive on one of its reference (plain C++) kernels.
+inline bool is_reference(const dnnl::primitive_desc_base& pd) {
+  return std::string_view(pd.impl_info_str()).starts_with("ref");
+}
+
+// A caller-owned tensor as one primitive sees it, in the layout (and dtype) it prefers: load()
+// brings the caller's values in, store() takes the primitive's result out (no-ops when the two
+// descriptors agree).
+struct Relayout {
+  Mem user, prim;
+  dnnl::reorder to_prim, to_user;
+  bool same = true;
+
+  Relayout() = default;
+  Relayout(const Mem::desc& user_md, const Mem::desc& prim_md, const dnnl::engine& eng)
+      : user(user_memory(user_md, eng)), same(user_md == prim_md) {
+    if (same) {
+      prim = user;
+    } else {
+      prim = Mem(prim_md, eng);
+      to_prim = dnnl::reorder(user, prim);
+      to_user = dnnl::reorder(prim, user);
+    }
+  }
+  void load(const CpuContext& ctx, const void* p) {
+    bind(user, p);
+    if (!same) to_prim.execute(ctx.stream, user, prim);
+  }
+  void store(const CpuContext& ctx, void* p) {
+    bind(user, p);
+    if (!same) to_user.execute(ctx.stream, prim, user);
+  }
+};
+
+// A weight gradient computed in the layout a backward-weights primitive prefers (`prim`) and
+// stored into the caller's arena, f32 in PyTorch's layout: overwriting it, or adding to it
+// (a reorder with a sum post-op) when gradients accumulate.
+struct WeightGrad {
+  Mem user, prim;
+  dnnl::reorder to_user, add_to_user;
+
+  WeightGrad() = default;
+  WeightGrad(const Mem::desc& user_md, const Mem::desc& prim_md, const dnnl::engine& eng)
+      : user(user_memory(user_md, eng)), prim(prim_md, eng), to_user(prim, user) {
+    dnnl::post_ops sum;
+    sum.append_sum(1.0f);
+    dnnl::primitive_attr add_attr;
+    add_attr.set_post_ops(sum);
+    add_to_user =
+        dnnl::reorder(dnnl::reorder::primitive_desc(eng, prim_md, eng, user_md, add_attr));
+  }
+  void store(const CpuContext& ctx, float* p, bool accumulate) {
+    bind(user, p);
+    (accumulate ? add_to_user : to_user).execute(ctx.stream, prim, user);
+  }
+};
+
+// The primitives (and memory) an op builds for each batch size it meets, with its member
+// function build(n, plan).
+template <class Plan>
+class PlansByBatch {
+ public:
+  template <class Op>
+  using Build = void (Op::*)(int, Plan&) const;
+
+  // The plan for n images, built on first use; a refusal of oneDNN's becomes ddpv::Error
+  // naming `name`.
+  template <class Op>
+  Plan& get(int n, const char* name, const Op* op, Build<Op> build) {
+    auto it = plans_.find(n);
+    if (it != plans_.end()) return *it->second;
+    auto p = std::make_unique<Plan>();
+    DDPV_DNNL_CHECK(
+        std::string(name) + ": building the primitives for batch size " + std::to_string(n),
+        (op->*build)(n, *p));
+    return *plans_.emplace(n, std::move(p)).first->second;
+  }
+  // Note [bf16 on oneDNN]: the plan for n images, or null where oneDNN refuses it (not for the
+  // hot path: the refusal is an exception).
+  template <class Op>
+  const Plan* try_get(int n, const Op* op, Build<Op> build) {
+    if (auto it = plans_.find(n); it != plans_.end()) return it->second.get();
+    auto p = std::make_unique<Plan>();
+    try {
+      (op->*build)(n, *p);
+    } catch (const dnnl::error&) {
+      return nullptr;
+    }
+    return plans_.emplace(n, std::move(p)).first->second.get();
+  }
+  const Plan* find(int n) const {
+    const auto it = plans_.find(n);
+    return it == plans_.end() ? nullptr : it->second.get();
+  }
+  void clear() { plans_.clear(); }
+
+ private:
+  std::unordered_map<int, std::unique_ptr<Plan>> plans_;
+};
 
 // Primitive attributes asking for a user-provided scratchpad (see Note [User scratchpad]).
 inline dnnl::primitive_attr user_scratchpad_attr() {

@@ -1,6 +1,7 @@
 // LinearOp on oneDNN's sgemm: y = x w^T + b with weights (out, in) as PyTorch keeps them;
 // forward and backward side by side.
 #include <memory>
+#include <unordered_map>
 
 #include "backend/cpu/cpu_ops.hpp"
 
@@ -19,12 +20,16 @@ void sgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float* a, in
                                     "dnnl_sgemm"));
 }
 
+void check_config(const LinearConfig& cfg) {
+  DDPV_CHECK(cfg.in_features > 0 && cfg.out_features > 0,
+             "linear: in_features and out_features must be positive, got ", cfg.in_features,
+             " and ", cfg.out_features);
+}
+
 class CpuLinear final : public F32LinearOp {
  public:
   CpuLinear(const CpuContext& ctx, const LinearConfig& cfg) : ctx_(ctx), cfg_(cfg) {
-    DDPV_CHECK(cfg.in_features > 0 && cfg.out_features > 0,
-               "linear: in_features and out_features must be positive, got ", cfg.in_features,
-               " and ", cfg.out_features);
+    check_config(cfg);
   }
 
   // x: (N, in)  w: (out, in)  b: (out) or null  ->  y: (N, out)
@@ -65,10 +70,149 @@ class CpuLinear final : public F32LinearOp {
   LinearConfig cfg_;
 };
 
+// Note [bf16 on oneDNN]: on bf16 activations a fully connected layer is oneDNN's inner
+// product (its bf16 GEMM has no entry point that takes bf16 outputs): bf16 x, dy and dx,
+// weights reordered from the arena into bf16 on every call, f32 weight and bias gradients.
+struct LinearPlan {
+  dnnl::inner_product_forward fwd;
+  dnnl::inner_product_backward_data bwd_data;
+  dnnl::inner_product_backward_weights bwd_weights;
+  dnnl::inner_product_forward::primitive_desc fwd_pd;
+  dnnl::inner_product_backward_data::primitive_desc bwd_data_pd;
+  dnnl::inner_product_backward_weights::primitive_desc bwd_w_pd;
+  Relayout x, y, dy, dx, w_fwd, w_bwd;
+  Mem b, db_prim;
+  WeightGrad dw;
+  Scratchpad scratch;
+  std::unordered_map<int, Mem> fwd_args, bwd_data_args, bwd_weights_args;
+};
+
+class OneDnnBf16Linear final : public LinearOp {
+ public:
+  OneDnnBf16Linear(const CpuContext& ctx, const LinearConfig& cfg, Bf16Staging& s)
+      : ctx_(ctx), cfg_(cfg), st_(s) {}
+
+  void forward(int n, ConstAct x, const float* w, const float* b, MutAct y) override {
+    check_batch("linear forward", n);
+    DDPV_CHECK(!cfg_.bias || b != nullptr, "linear forward: the layer has a bias but b is null");
+    ctx_.bind_threads();
+    LinearPlan& p = plans_.get(n, "linear", this, &OneDnnBf16Linear::build);
+    DDPV_DNNL_CHECK("linear forward", {
+      p.w_fwd.load(ctx_, w);
+      p.x.load(ctx_, st_.as_bf16(x, int64_t{n} * cfg_.in_features));
+      if (cfg_.bias) bind(p.b, b);
+      bind(p.y.user, y.bf16());
+      p.fwd.execute(ctx_.stream, p.fwd_args);
+      p.y.store(ctx_, y.bf16());
+    });
+  }
+
+  void backward(int n, ConstAct x, const float* w, ConstAct dy, MutAct dx, float* dw, float* db,
+                bool accumulate) override {
+    check_batch("linear backward", n);
+    DDPV_CHECK(dw != nullptr, "linear backward: dw must not be null");
+    DDPV_CHECK(!cfg_.bias || db != nullptr, "linear backward: the layer has a bias but db is null");
+    ctx_.bind_threads();
+    LinearPlan& p = plans_.get(n, "linear", this, &OneDnnBf16Linear::build);
+    DDPV_DNNL_CHECK("linear backward", {
+      p.dy.load(ctx_, dy.bf16());
+      if (dx) {
+        p.w_bwd.load(ctx_, w);
+        bind(p.dx.user, dx.bf16());
+        p.bwd_data.execute(ctx_.stream, p.bwd_data_args);
+        p.dx.store(ctx_, dx.bf16());
+      }
+      p.x.load(ctx_, st_.as_bf16(x, int64_t{n} * cfg_.in_features));
+      p.bwd_weights.execute(ctx_.stream, p.bwd_weights_args);
+      p.dw.store(ctx_, dw, accumulate);
+    });
+    if (cfg_.bias) {
+      const float* src = static_cast<const float*>(p.db_prim.get_data_handle());
+      for (int o = 0; o < cfg_.out_features; ++o) db[o] = accumulate ? db[o] + src[o] : src[o];
+    }
+  }
+
+  // Whether oneDNN builds the primitives for n images (on a kernel other than its reference
+  // one unless any_kernel). Not called on the hot path.
+  bool try_plan(int n, bool any_kernel) {
+    const LinearPlan* p = plans_.try_get(n, this, &OneDnnBf16Linear::build);
+    return p != nullptr &&
+           (any_kernel || !(is_reference(p->fwd_pd) || is_reference(p->bwd_data_pd) ||
+                            is_reference(p->bwd_w_pd)));
+  }
+
+ private:
+  void build(int n, LinearPlan& p) const {
+    const dnnl::engine& eng = ctx_.engine;
+    const Mem::dim in = cfg_.in_features, out = cfg_.out_features;
+    const Mem::desc x_md({n, in}, Dt::bf16, Tag::nc), y_md({n, out}, Dt::bf16, Tag::nc);
+    const Mem::desc w_user_md({out, in}, Dt::f32, Tag::oi), w_any({out, in}, Dt::bf16, Tag::any),
+        dw_any({out, in}, Dt::f32, Tag::any), b_md({out}, Dt::f32, Tag::x);
+    const auto attr = user_scratchpad_attr();
+    using Fwd = dnnl::inner_product_forward;
+    using BwdData = dnnl::inner_product_backward_data;
+    using BwdWeights = dnnl::inner_product_backward_weights;
+    const auto train = dnnl::prop_kind::forward_training;
+    const Fwd::primitive_desc fwd_pd(
+        cfg_.bias ? Fwd::desc(train, x_md, w_any, b_md, y_md) : Fwd::desc(train, x_md, w_any, y_md),
+        attr, eng);
+    const BwdData::primitive_desc bwd_data_pd(BwdData::desc(x_md, w_any, y_md), attr, eng, fwd_pd);
+    const BwdWeights::primitive_desc bwd_w_pd(cfg_.bias ? BwdWeights::desc(x_md, dw_any, b_md, y_md)
+                                                        : BwdWeights::desc(x_md, dw_any, y_md),
+                                              attr, eng, fwd_pd);
+    p.fwd = Fwd(fwd_pd);
+    p.bwd_data = BwdData(bwd_data_pd);
+    p.bwd_weights = BwdWeights(bwd_w_pd);
+    p.fwd_pd = fwd_pd;
+    p.bwd_data_pd = bwd_data_pd;
+    p.bwd_w_pd = bwd_w_pd;
+    p.scratch.require(fwd_pd);
+    p.scratch.require(bwd_data_pd);
+    p.scratch.require(bwd_w_pd);
+    p.scratch.allocate(eng);
+    p.x = Relayout(x_md, fwd_pd.src_desc(), eng);
+    p.y = Relayout(y_md, fwd_pd.dst_desc(), eng);
+    p.dy = Relayout(y_md, bwd_w_pd.diff_dst_desc(), eng);
+    p.dx = Relayout(x_md, bwd_data_pd.diff_src_desc(), eng);
+    p.w_fwd = Relayout(w_user_md, fwd_pd.weights_desc(), eng);
+    p.w_bwd = Relayout(w_user_md, bwd_data_pd.weights_desc(), eng);
+    p.b = user_memory(b_md, eng);
+    p.db_prim = Mem(b_md, eng);
+    p.dw = WeightGrad(w_user_md, bwd_w_pd.diff_weights_desc(), eng);
+    p.fwd_args = {{DNNL_ARG_SRC, p.x.prim},
+                  {DNNL_ARG_WEIGHTS, p.w_fwd.prim},
+                  {DNNL_ARG_DST, p.y.prim},
+                  {DNNL_ARG_SCRATCHPAD, p.scratch.view(fwd_pd, eng)}};
+    if (cfg_.bias) p.fwd_args.emplace(DNNL_ARG_BIAS, p.b);
+    p.bwd_data_args = {{DNNL_ARG_DIFF_DST, p.dy.prim},
+                       {DNNL_ARG_WEIGHTS, p.w_bwd.prim},
+                       {DNNL_ARG_DIFF_SRC, p.dx.prim},
+                       {DNNL_ARG_SCRATCHPAD, p.scratch.view(bwd_data_pd, eng)}};
+    p.bwd_weights_args = {{DNNL_ARG_SRC, p.x.prim},
+                          {DNNL_ARG_DIFF_DST, p.dy.prim},
+                          {DNNL_ARG_DIFF_WEIGHTS, p.dw.prim},
+                          {DNNL_ARG_SCRATCHPAD, p.scratch.view(bwd_w_pd, eng)}};
+    if (cfg_.bias) p.bwd_weights_args.emplace(DNNL_ARG_DIFF_BIAS, p.db_prim);
+  }
+
+  CpuContext ctx_;
+  LinearConfig cfg_;
+  Bf16Staging& st_;
+  PlansByBatch<LinearPlan> plans_;
+};
+
 }  // namespace
 
 std::unique_ptr<LinearOp> make_linear(const CpuContext& ctx, const LinearConfig& cfg) {
   return std::make_unique<CpuLinear>(ctx, cfg);
+}
+
+std::unique_ptr<LinearOp> make_onednn_bf16_linear(const CpuContext& ctx, const LinearConfig& cfg,
+                                                  bool any_kernel, Bf16Staging& staging) {
+  check_config(cfg);
+  auto op = std::make_unique<OneDnnBf16Linear>(ctx, cfg, staging);
+  if (!op->try_plan(2, any_kernel)) return nullptr;
+  return op;
 }
 
 }  // namespace ddpv::cpu

@@ -30,6 +30,8 @@ const char* kind_name(PoolKind k) {
 struct PoolPlan {
   dnnl::pooling_forward fwd;
   dnnl::pooling_backward bwd;
+  dnnl::pooling_forward::primitive_desc fwd_pd;
+  dnnl::pooling_backward::primitive_desc bwd_pd;
   Mem x, y, dy, dx;  // caller memory, bound per call
   Mem workspace;     // max pooling: where each maximum came from
   Scratchpad scratch;
@@ -330,14 +332,25 @@ class CpuMaxPool2d final : public FusablePool {
 
 class CpuPool2d final : public FusablePool {
  public:
-  CpuPool2d(const CpuContext& ctx, const Pool2dConfig& cfg) : ctx_(ctx), cfg_(cfg) {
+  CpuPool2d(const CpuContext& ctx, const Pool2dConfig& cfg, Dt act = Dt::f32)
+      : ctx_(ctx), cfg_(cfg), act_(act) {
     check_config(cfg);
   }
 
   void forward_f32(int n, const float* x, float* y) override {
+    check_f32();
+    run_forward(n, x, y);
+  }
+  void backward_f32(int n, const float* dy, float* dx) override {
+    check_f32();
+    run_backward(n, dy, dx);
+  }
+
+  // The two directions on activations of the op's dtype (f32 floats or bf16 bits).
+  void run_forward(int n, const void* x, void* y) {
     check_batch(kind_name(cfg_.kind), n);
     ctx_.bind_threads();
-    PoolPlan& p = plan(n);
+    PoolPlan& p = plans_.get(n, kind_name(cfg_.kind), this, &CpuPool2d::build);
     DDPV_DNNL_CHECK(kind_name(cfg_.kind), {
       bind(p.x, x);
       bind(p.y, y);
@@ -346,13 +359,13 @@ class CpuPool2d final : public FusablePool {
     last_n_ = n;
   }
 
-  void backward_f32(int n, const float* dy, float* dx) override {
+  void run_backward(int n, const void* dy, void* dx) {
     check_batch(kind_name(cfg_.kind), n);
     DDPV_CHECK(cfg_.kind != PoolKind::kMax || n == last_n_, kind_name(cfg_.kind),
                " backward: batch size ", n, " differs from the last forward (", last_n_,
                "); backward needs where that forward's maxima came from");
     ctx_.bind_threads();
-    PoolPlan& p = plan(n);
+    PoolPlan& p = plans_.get(n, kind_name(cfg_.kind), this, &CpuPool2d::build);
     DDPV_DNNL_CHECK(kind_name(cfg_.kind), {
       bind(p.dy, dy);
       bind(p.dx, dx);
@@ -360,15 +373,17 @@ class CpuPool2d final : public FusablePool {
     });
   }
 
+  // Note [bf16 on oneDNN]: whether oneDNN builds the primitives for n images (on a kernel
+  // other than its reference one unless any_kernel). Not called on the hot path.
+  bool try_plan(int n, bool any_kernel) {
+    const PoolPlan* p = plans_.try_get(n, this, &CpuPool2d::build);
+    return p != nullptr && (any_kernel || !(is_reference(p->fwd_pd) || is_reference(p->bwd_pd)));
+  }
+
  private:
-  PoolPlan& plan(int n) {
-    auto it = plans_.find(n);
-    if (it != plans_.end()) return *it->second;
-    auto p = std::make_unique<PoolPlan>();
-    DDPV_DNNL_CHECK(std::string(kind_name(cfg_.kind)) +
-                        ": building the primitives for batch size " + std::to_string(n),
-                    build(n, *p));
-    return *plans_.emplace(n, std::move(p)).first->second;
+  void check_f32() const {
+    DDPV_CHECK(act_ == Dt::f32, kind_name(cfg_.kind),
+               ": f32 activations handed to a bf16 op (internal)");
   }
 
   void build(int n, PoolPlan& p) const {
@@ -381,8 +396,8 @@ class CpuPool2d final : public FusablePool {
     const dnnl::algorithm alg = c.kind == PoolKind::kMax ? dnnl::algorithm::pooling_max
                                 : global ? dnnl::algorithm::pooling_avg_exclude_padding
                                          : dnnl::algorithm::pooling_avg_include_padding;
-    const auto x_md = activation_desc({n, c.channels, c.in_h, c.in_w}, c.block);
-    const auto y_md = activation_desc({n, c.channels, c.out_h(), c.out_w()}, c.block);
+    const auto x_md = activation_desc({n, c.channels, c.in_h, c.in_w}, c.block, act_);
+    const auto y_md = activation_desc({n, c.channels, c.out_h(), c.out_w()}, c.block, act_);
     const auto attr = user_scratchpad_attr();
     using Fwd = dnnl::pooling_forward;
     using Bwd = dnnl::pooling_backward;
@@ -393,6 +408,8 @@ class CpuPool2d final : public FusablePool {
                                      eng, fwd_pd);
     p.fwd = Fwd(fwd_pd);
     p.bwd = Bwd(bwd_pd);
+    p.fwd_pd = fwd_pd;
+    p.bwd_pd = bwd_pd;
     p.scratch.require(fwd_pd);
     p.scratch.require(bwd_pd);
     p.scratch.allocate(eng);
@@ -415,8 +432,23 @@ class CpuPool2d final : public FusablePool {
 
   CpuContext ctx_;
   Pool2dConfig cfg_;
+  Dt act_;  // the activations' dtype
   int last_n_ = 0;
-  std::unordered_map<int, std::unique_ptr<PoolPlan>> plans_;  // by batch size
+  PlansByBatch<PoolPlan> plans_;
+};
+
+// Note [bf16 on oneDNN]: every pooling of bf16 activations on oneDNN, max pooling too (our
+// own max loops are f32).
+class OneDnnBf16Pool2d final : public Pool2dOp {
+ public:
+  explicit OneDnnBf16Pool2d(std::unique_ptr<CpuPool2d> op) : op_(std::move(op)) {}
+  void forward(int n, ConstAct x, MutAct y) override { op_->run_forward(n, x.bf16(), y.bf16()); }
+  void backward(int n, ConstAct dy, MutAct dx) override {
+    op_->run_backward(n, dy.bf16(), dx.bf16());
+  }
+
+ private:
+  std::unique_ptr<CpuPool2d> op_;
 };
 
 }  // namespace
@@ -424,6 +456,13 @@ class CpuPool2d final : public FusablePool {
 std::unique_ptr<FusablePool> make_pool2d(const CpuContext& ctx, const Pool2dConfig& cfg) {
   if (cfg.kind == PoolKind::kMax) return std::make_unique<CpuMaxPool2d>(ctx, cfg);
   return std::make_unique<CpuPool2d>(ctx, cfg);
+}
+
+std::unique_ptr<Pool2dOp> make_onednn_bf16_pool2d(const CpuContext& ctx, const Pool2dConfig& cfg,
+                                                  bool any_kernel) {
+  auto op = std::make_unique<CpuPool2d>(ctx, cfg, Dt::bf16);
+  if (!op->try_plan(2, any_kernel)) return nullptr;
+  return std::make_unique<OneDnnBf16Pool2d>(std::move(op));
 }
 
 }  // namespace ddpv::cpu
