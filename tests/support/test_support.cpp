@@ -10,6 +10,8 @@
 #include <iterator>
 #include <random>
 
+#include "ddpv/core/dtype.hpp"
+
 namespace ddpv::test {
 
 std::vector<float> random_vector(size_t n, uint64_t seed, float lo, float hi) {
@@ -18,6 +20,18 @@ std::vector<float> random_vector(size_t n, uint64_t seed, float lo, float hi) {
   std::vector<float> v(n);
   for (auto& x : v) x = dist(gen);
   return v;
+}
+
+std::vector<float> bf16_values(size_t n, uint64_t seed, float lo, float hi) {
+  std::vector<float> v = random_vector(n, seed, lo, hi);
+  for (float& x : v) x = bf16_to_f32(f32_to_bf16(x));
+  return v;
+}
+
+std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
+  std::vector<uint16_t> b(v.size());
+  for (size_t i = 0; i < v.size(); ++i) b[i] = f32_to_bf16(v[i]);
+  return b;
 }
 
 double max_rel_error(const float* a, const float* b, size_t n, double floor) {

@@ -17,6 +17,9 @@ namespace ddpv::test {
 
 // Uniform values in [lo, hi) from a fixed seed.
 std::vector<float> random_vector(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f);
+// The same, each value rounded to bf16 (so bf16 holds them exactly); and f32 values as bf16 bits.
+std::vector<float> bf16_values(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f);
+std::vector<uint16_t> to_bf16(const std::vector<float>& v);
 
 // max_i |a_i - b_i| / max(|b_i|, floor): relative error with an absolute floor for values near 0.
 double max_rel_error(const float* a, const float* b, size_t n, double floor = 1e-3);

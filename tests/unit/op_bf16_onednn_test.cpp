@@ -28,16 +28,8 @@ constexpr double kBf16Step = 1.0 / 256;  // 2^-8: twice bf16's rounding error, r
 constexpr double kAccum = 2e-5;          // f32 accumulation, relative to the terms' sum
 
 float round_bf16(float v) { return bf16_to_f32(f32_to_bf16(v)); }
-Vec bf16_values(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
-  Vec v = test::random_vector(n, seed, lo, hi);
-  for (float& x : v) x = round_bf16(x);
-  return v;
-}
-Bits to_bf16(const Vec& v) {
-  Bits b(v.size());
-  for (size_t i = 0; i < v.size(); ++i) b[i] = f32_to_bf16(v[i]);
-  return b;
-}
+using test::bf16_values;
+using test::to_bf16;
 Vec widen(const Bits& b) {
   Vec v(b.size());
   for (size_t i = 0; i < b.size(); ++i) v[i] = bf16_to_f32(b[i]);

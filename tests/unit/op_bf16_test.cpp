@@ -16,17 +16,9 @@
 namespace ddpv {
 namespace {
 
-// Values that bf16 holds exactly, so both paths start from the same numbers.
-std::vector<float> bf16_values(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::vector<float> v = test::random_vector(n, seed, lo, hi);
-  for (float& x : v) x = bf16_to_f32(f32_to_bf16(x));
-  return v;
-}
-std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
-  std::vector<uint16_t> b(v.size());
-  for (size_t i = 0; i < v.size(); ++i) b[i] = f32_to_bf16(v[i]);
-  return b;
-}
+// Values that bf16 holds exactly (test::bf16_values), so both paths start from the same numbers.
+using test::bf16_values;
+using test::to_bf16;
 
 // Every element of `got` (bf16) is `want` (f32) rounded to bf16; counts the misses.
 void expect_rounded(const std::vector<uint16_t>& got, const std::vector<float>& want,

@@ -4,8 +4,6 @@
 // Note [Conv weight layouts]).
 #include <memory>
 #include <optional>
-#include <string_view>
-#include <unordered_map>
 
 #include "backend/cpu/cpu_ops.hpp"
 #include "backend/cpu/kernels/winograd/winograd.hpp"
@@ -44,25 +42,13 @@ namespace {
 // NHWC with its own reorder of dy.
 
 // Everything built for one batch size.
-struct ConvPlan {
-  dnnl::convolution_forward fwd;
-  dnnl::convolution_backward_data bwd_data;
-  dnnl::convolution_backward_weights bwd_weights;
-  dnnl::convolution_forward::primitive_desc fwd_pd;
-  dnnl::convolution_backward_data::primitive_desc bwd_data_pd;
-  dnnl::convolution_backward_weights::primitive_desc bwd_w_pd;
-  Relayout x, y, dy, dx;  // activations (Note [Mixed activation layouts])
+struct ConvPlan : WeightedPlan<dnnl::convolution_forward, dnnl::convolution_backward_data,
+                               dnnl::convolution_backward_weights> {
   // Note [First convolution from NCHW]: backward-data's own dy where its layout is not dy's,
   // built on its first use (a first layer never has one).
   bool dy_data_own = false;
   Mem::desc dy_data_md;
   std::optional<Relayout> dy_data;
-  Mem b;  // caller memory, bound per call
-  Relayout w_fwd, w_bwd;
-  WeightGrad dw;
-  Mem db_prim;
-  Scratchpad scratch;
-  std::unordered_map<int, Mem> fwd_args, bwd_data_args, bwd_weights_args;
 };
 
 void check_config(const Conv2dConfig& c) {
@@ -104,14 +90,7 @@ class CpuConv2d final : public FusableConv {
     ctx_.bind_threads();
     ConvPlan& p = plans_.get(n, "conv2d", this, &CpuConv2d::build);
     last_n_ = n;
-    DDPV_DNNL_CHECK("conv2d forward", {
-      p.w_fwd.load(ctx_, w);
-      p.x.load(ctx_, x);
-      bind(p.y.user, y);
-      if (cfg_.bias) bind(p.b, b);
-      p.fwd.execute(ctx_.stream, p.fwd_args);
-      p.y.store(ctx_, y);
-    });
+    DDPV_DNNL_CHECK("conv2d forward", p.forward(ctx_, x, w, cfg_.bias ? b : nullptr, y));
   }
 
   void run_backward(int n, const void* x, const float* w, const void* dy, void* dx, float* dw,
@@ -129,47 +108,24 @@ class CpuConv2d final : public FusableConv {
           }
           p.dy_data->load(ctx_, dy);
         }
-        p.w_bwd.load(ctx_, w);
-        bind(p.dx.user, dx);
-        p.bwd_data.execute(ctx_.stream, p.bwd_data_args);
-        p.dx.store(ctx_, dx);
+        p.backward_data(ctx_, w, dx);
       }
-      p.x.load(ctx_, x);
-      p.bwd_weights.execute(ctx_.stream, p.bwd_weights_args);
-      p.dw.store(ctx_, dw, accumulate);
+      p.backward_weights(ctx_, x, dw, cfg_.bias ? db : nullptr, cfg_.out_channels, accumulate);
     });
-    if (cfg_.bias) {
-      const float* src = static_cast<const float*>(p.db_prim.get_data_handle());
-      if (accumulate) {
-        for (int c = 0; c < cfg_.out_channels; ++c) db[c] += src[c];
-      } else {
-        for (int c = 0; c < cfg_.out_channels; ++c) db[c] = src[c];
-      }
-    }
   }
 
-  // Note [bf16 on oneDNN]: builds the primitives for n images if oneDNN has them; the
-  // kernels it picked (forward, backward-data, backward-weights), or an empty string when it
-  // refuses. Not called on the hot path.
-  std::string try_plan(int n) {
-    if (plans_.try_get(n, this, &CpuConv2d::build) == nullptr) return {};
+  // Note [bf16 on oneDNN]: whether oneDNN builds the primitives for n images (on a kernel
+  // other than its reference one unless any_kernel). Not called on the hot path.
+  bool try_plan(int n, bool any_kernel) {
+    const ConvPlan* p = plans_.try_get(n, this, &CpuConv2d::build);
+    if (p == nullptr) return false;
     last_n_ = n;
-    return kernels();
+    return any_kernel || !p->on_reference();
   }
-  // Whether any of the last plan's primitives is on a reference kernel.
-  bool on_reference() const {
-    const ConvPlan& p = *plans_.find(last_n_);
-    return is_reference(p.fwd_pd) || is_reference(p.bwd_data_pd) || is_reference(p.bwd_w_pd);
-  }
-  // The kernels of the last forward's batch size: "brgconv:avx512_core_amx_bf16", or the three
-  // (forward / backward-data / backward-weights) where they differ.
+  // The kernels of the last forward's batch size (WeightedPlan::kernels).
   std::string kernels() const {
-    const ConvPlan* plan = plans_.find(last_n_);
-    if (plan == nullptr) return {};
-    const ConvPlan& p = *plan;
-    const std::string f = p.fwd_pd.impl_info_str(), d = p.bwd_data_pd.impl_info_str(),
-                      w = p.bwd_w_pd.impl_info_str();
-    return f == d && d == w ? f : f + " / " + d + " / " + w;
+    const ConvPlan* p = plans_.find(last_n_);
+    return p == nullptr ? std::string() : p->kernels();
   }
 
  private:
@@ -240,43 +196,13 @@ class CpuConv2d final : public FusableConv {
         BwdData::desc(alg, data_x_md, w_any, data_y_md, strides, pad, pad), attr, eng,
         planar ? fwd_pd_of(data_x_md, data_y_md) : fwd_pd);
 
-    p.fwd = Fwd(fwd_pd);
-    p.bwd_data = BwdData(bwd_data_pd);
-    p.bwd_weights = BwdWeights(bwd_w_pd);
-    p.fwd_pd = fwd_pd;
-    p.bwd_data_pd = bwd_data_pd;
-    p.bwd_w_pd = bwd_w_pd;
-    p.scratch.require(fwd_pd);
-    p.scratch.require(bwd_data_pd);
-    p.scratch.require(bwd_w_pd);
-    p.scratch.allocate(eng);
-
     p.x = Relayout(x_user, x_md, eng);
     p.y = Relayout(y_user, y_md, eng);
     p.dy = Relayout(y_user, y_md, eng);
-    p.dy_data_own = planar;
-    p.dy_data_md = data_y_md;
     p.dx = Relayout(x_user, data_x_md, eng);
-    p.b = user_memory(b_md, eng);
-    p.w_fwd = Relayout(w_user_md, fwd_pd.weights_desc(), eng);
-    p.w_bwd = Relayout(w_user_md, bwd_data_pd.weights_desc(), eng);
-    p.dw = WeightGrad(w_user_md, bwd_w_pd.diff_weights_desc(), eng);
-    p.db_prim = Mem(b_md, eng);
-
-    p.fwd_args = {{DNNL_ARG_SRC, p.x.prim},
-                  {DNNL_ARG_WEIGHTS, p.w_fwd.prim},
-                  {DNNL_ARG_DST, p.y.prim},
-                  {DNNL_ARG_SCRATCHPAD, p.scratch.view(fwd_pd, eng)}};
-    if (c.bias) p.fwd_args.emplace(DNNL_ARG_BIAS, p.b);
-    p.bwd_data_args = {{DNNL_ARG_DIFF_DST, p.dy.prim},  // p.dy_data's where it has its own
-                       {DNNL_ARG_WEIGHTS, p.w_bwd.prim},
-                       {DNNL_ARG_DIFF_SRC, p.dx.prim},
-                       {DNNL_ARG_SCRATCHPAD, p.scratch.view(bwd_data_pd, eng)}};
-    p.bwd_weights_args = {{DNNL_ARG_SRC, p.x.prim},
-                          {DNNL_ARG_DIFF_DST, p.dy.prim},
-                          {DNNL_ARG_DIFF_WEIGHTS, p.dw.prim},
-                          {DNNL_ARG_SCRATCHPAD, p.scratch.view(bwd_w_pd, eng)}};
-    if (c.bias) p.bwd_weights_args.emplace(DNNL_ARG_DIFF_BIAS, p.db_prim);
+    p.dy_data_own = planar;  // bwd_data_args' dy is then p.dy_data's, set on its first use
+    p.dy_data_md = data_y_md;
+    p.build(fwd_pd, bwd_data_pd, bwd_w_pd, w_user_md, b_md, c.bias, eng);
   }
 
   CpuContext ctx_;
@@ -311,8 +237,7 @@ class OneDnnBf16Conv2d final : public Conv2dOp {
 std::unique_ptr<Conv2dOp> make_onednn_bf16_conv2d(const CpuContext& ctx, const Conv2dConfig& cfg,
                                                   bool any_kernel, Bf16Staging& staging) {
   auto op = std::make_unique<CpuConv2d>(ctx, cfg, Dt::bf16);
-  const int probe = 2;  // batch statistics want two images; the kernels rarely depend on n
-  if (op->try_plan(probe).empty() || (!any_kernel && op->on_reference())) return nullptr;
+  if (!op->try_plan(2, any_kernel)) return nullptr;  // the kernels rarely depend on n
   return std::make_unique<OneDnnBf16Conv2d>(std::move(op), cfg, staging);
 }
 

@@ -215,4 +215,99 @@ class Scratchpad {
   Mem buffer_;
 };
 
+// A weighted op's primitives for one batch size (convolution or inner product: forward,
+// backward-data, backward-weights) and the memory they run on. The arena's f32 weights are
+// reordered into each primitive's layout and dtype on every call (Note [Conv weight layouts]);
+// the weight gradient goes back through WeightGrad, the bias gradient through db.
+template <class Fwd, class BwdData, class BwdWeights>
+struct WeightedPlan {
+  Fwd fwd;
+  BwdData bwd_data;
+  BwdWeights bwd_weights;
+  typename Fwd::primitive_desc fwd_pd;
+  typename BwdData::primitive_desc bwd_data_pd;
+  typename BwdWeights::primitive_desc bwd_w_pd;
+  Relayout x, y, dy, dx;  // the caller's activations as the primitives see them
+  Relayout w_fwd, w_bwd;
+  WeightGrad dw;
+  Mem b, db;  // b: caller memory, bound per call; db: what backward-weights writes
+  Scratchpad scratch;
+  std::unordered_map<int, Mem> fwd_args, bwd_data_args, bwd_weights_args;
+
+  // Builds the primitives, their weights and scratchpad, and their arguments; x, y, dy and dx
+  // must be set first. w_user_md: the arena's weights (f32, PyTorch's layout); b_md: the bias,
+  // where `bias`.
+  void build(const typename Fwd::primitive_desc& f, const typename BwdData::primitive_desc& d,
+             const typename BwdWeights::primitive_desc& w, const Mem::desc& w_user_md,
+             const Mem::desc& b_md, bool bias, const dnnl::engine& eng) {
+    fwd = Fwd(f);
+    bwd_data = BwdData(d);
+    bwd_weights = BwdWeights(w);
+    fwd_pd = f;
+    bwd_data_pd = d;
+    bwd_w_pd = w;
+    scratch.require(f);
+    scratch.require(d);
+    scratch.require(w);
+    scratch.allocate(eng);
+    w_fwd = Relayout(w_user_md, f.weights_desc(), eng);
+    w_bwd = Relayout(w_user_md, d.weights_desc(), eng);
+    dw = WeightGrad(w_user_md, w.diff_weights_desc(), eng);
+    b = user_memory(b_md, eng);
+    db = Mem(b_md, eng);
+    fwd_args = {{DNNL_ARG_SRC, x.prim},
+                {DNNL_ARG_WEIGHTS, w_fwd.prim},
+                {DNNL_ARG_DST, y.prim},
+                {DNNL_ARG_SCRATCHPAD, scratch.view(f, eng)}};
+    if (bias) fwd_args.emplace(DNNL_ARG_BIAS, b);
+    bwd_data_args = {{DNNL_ARG_DIFF_DST, dy.prim},
+                     {DNNL_ARG_WEIGHTS, w_bwd.prim},
+                     {DNNL_ARG_DIFF_SRC, dx.prim},
+                     {DNNL_ARG_SCRATCHPAD, scratch.view(d, eng)}};
+    bwd_weights_args = {{DNNL_ARG_SRC, x.prim},
+                        {DNNL_ARG_DIFF_DST, dy.prim},
+                        {DNNL_ARG_DIFF_WEIGHTS, dw.prim},
+                        {DNNL_ARG_SCRATCHPAD, scratch.view(w, eng)}};
+    if (bias) bwd_weights_args.emplace(DNNL_ARG_DIFF_BIAS, db);
+  }
+
+  // The three directions on the caller's memory (activations of the plan's dtype); b and db
+  // null where the op has no bias. Both backwards read dy, which the caller loads first.
+  void forward(const CpuContext& ctx, const void* x_in, const float* w, const float* b_in,
+               void* y_out) {
+    w_fwd.load(ctx, w);
+    x.load(ctx, x_in);
+    bind(y.user, y_out);
+    if (b_in != nullptr) bind(b, b_in);
+    fwd.execute(ctx.stream, fwd_args);
+    y.store(ctx, y_out);
+  }
+  void backward_data(const CpuContext& ctx, const float* w, void* dx_out) {
+    w_bwd.load(ctx, w);
+    bind(dx.user, dx_out);
+    bwd_data.execute(ctx.stream, bwd_data_args);
+    dx.store(ctx, dx_out);
+  }
+  void backward_weights(const CpuContext& ctx, const void* x_in, float* dw_out, float* db_out,
+                        int64_t channels, bool accumulate) {
+    x.load(ctx, x_in);
+    bwd_weights.execute(ctx.stream, bwd_weights_args);
+    dw.store(ctx, dw_out, accumulate);
+    if (db_out == nullptr) return;
+    const float* src = static_cast<const float*>(db.get_data_handle());
+    for (int64_t c = 0; c < channels; ++c) db_out[c] = accumulate ? db_out[c] + src[c] : src[c];
+  }
+
+  bool on_reference() const {
+    return is_reference(fwd_pd) || is_reference(bwd_data_pd) || is_reference(bwd_w_pd);
+  }
+  // The kernels oneDNN picked: "brgconv:avx512_core_amx_bf16", or the three (forward /
+  // backward-data / backward-weights) where they differ.
+  std::string kernels() const {
+    const std::string f = fwd_pd.impl_info_str(), d = bwd_data_pd.impl_info_str(),
+                      w = bwd_w_pd.impl_info_str();
+    return f == d && d == w ? f : f + " / " + d + " / " + w;
+  }
+};
+
 }  // namespace ddpv::cpu

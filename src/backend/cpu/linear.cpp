@@ -1,7 +1,6 @@
 // LinearOp on oneDNN's sgemm: y = x w^T + b with weights (out, in) as PyTorch keeps them;
 // forward and backward side by side.
 #include <memory>
-#include <unordered_map>
 
 #include "backend/cpu/cpu_ops.hpp"
 
@@ -73,19 +72,8 @@ class CpuLinear final : public F32LinearOp {
 // Note [bf16 on oneDNN]: on bf16 activations a fully connected layer is oneDNN's inner
 // product (its bf16 GEMM has no entry point that takes bf16 outputs): bf16 x, dy and dx,
 // weights reordered from the arena into bf16 on every call, f32 weight and bias gradients.
-struct LinearPlan {
-  dnnl::inner_product_forward fwd;
-  dnnl::inner_product_backward_data bwd_data;
-  dnnl::inner_product_backward_weights bwd_weights;
-  dnnl::inner_product_forward::primitive_desc fwd_pd;
-  dnnl::inner_product_backward_data::primitive_desc bwd_data_pd;
-  dnnl::inner_product_backward_weights::primitive_desc bwd_w_pd;
-  Relayout x, y, dy, dx, w_fwd, w_bwd;
-  Mem b, db_prim;
-  WeightGrad dw;
-  Scratchpad scratch;
-  std::unordered_map<int, Mem> fwd_args, bwd_data_args, bwd_weights_args;
-};
+using LinearPlan = WeightedPlan<dnnl::inner_product_forward, dnnl::inner_product_backward_data,
+                                dnnl::inner_product_backward_weights>;
 
 class OneDnnBf16Linear final : public LinearOp {
  public:
@@ -97,14 +85,8 @@ class OneDnnBf16Linear final : public LinearOp {
     DDPV_CHECK(!cfg_.bias || b != nullptr, "linear forward: the layer has a bias but b is null");
     ctx_.bind_threads();
     LinearPlan& p = plans_.get(n, "linear", this, &OneDnnBf16Linear::build);
-    DDPV_DNNL_CHECK("linear forward", {
-      p.w_fwd.load(ctx_, w);
-      p.x.load(ctx_, st_.as_bf16(x, int64_t{n} * cfg_.in_features));
-      if (cfg_.bias) bind(p.b, b);
-      bind(p.y.user, y.bf16());
-      p.fwd.execute(ctx_.stream, p.fwd_args);
-      p.y.store(ctx_, y.bf16());
-    });
+    DDPV_DNNL_CHECK("linear forward", p.forward(ctx_, st_.as_bf16(x, int64_t{n} * cfg_.in_features),
+                                                w, cfg_.bias ? b : nullptr, y.bf16()));
   }
 
   void backward(int n, ConstAct x, const float* w, ConstAct dy, MutAct dx, float* dw, float* db,
@@ -116,29 +98,17 @@ class OneDnnBf16Linear final : public LinearOp {
     LinearPlan& p = plans_.get(n, "linear", this, &OneDnnBf16Linear::build);
     DDPV_DNNL_CHECK("linear backward", {
       p.dy.load(ctx_, dy.bf16());
-      if (dx) {
-        p.w_bwd.load(ctx_, w);
-        bind(p.dx.user, dx.bf16());
-        p.bwd_data.execute(ctx_.stream, p.bwd_data_args);
-        p.dx.store(ctx_, dx.bf16());
-      }
-      p.x.load(ctx_, st_.as_bf16(x, int64_t{n} * cfg_.in_features));
-      p.bwd_weights.execute(ctx_.stream, p.bwd_weights_args);
-      p.dw.store(ctx_, dw, accumulate);
+      if (dx) p.backward_data(ctx_, w, dx.bf16());
+      p.backward_weights(ctx_, st_.as_bf16(x, int64_t{n} * cfg_.in_features), dw,
+                         cfg_.bias ? db : nullptr, cfg_.out_features, accumulate);
     });
-    if (cfg_.bias) {
-      const float* src = static_cast<const float*>(p.db_prim.get_data_handle());
-      for (int o = 0; o < cfg_.out_features; ++o) db[o] = accumulate ? db[o] + src[o] : src[o];
-    }
   }
 
   // Whether oneDNN builds the primitives for n images (on a kernel other than its reference
   // one unless any_kernel). Not called on the hot path.
   bool try_plan(int n, bool any_kernel) {
     const LinearPlan* p = plans_.try_get(n, this, &OneDnnBf16Linear::build);
-    return p != nullptr &&
-           (any_kernel || !(is_reference(p->fwd_pd) || is_reference(p->bwd_data_pd) ||
-                            is_reference(p->bwd_w_pd)));
+    return p != nullptr && (any_kernel || !p->on_reference());
   }
 
  private:
@@ -160,39 +130,11 @@ class OneDnnBf16Linear final : public LinearOp {
     const BwdWeights::primitive_desc bwd_w_pd(cfg_.bias ? BwdWeights::desc(x_md, dw_any, b_md, y_md)
                                                         : BwdWeights::desc(x_md, dw_any, y_md),
                                               attr, eng, fwd_pd);
-    p.fwd = Fwd(fwd_pd);
-    p.bwd_data = BwdData(bwd_data_pd);
-    p.bwd_weights = BwdWeights(bwd_w_pd);
-    p.fwd_pd = fwd_pd;
-    p.bwd_data_pd = bwd_data_pd;
-    p.bwd_w_pd = bwd_w_pd;
-    p.scratch.require(fwd_pd);
-    p.scratch.require(bwd_data_pd);
-    p.scratch.require(bwd_w_pd);
-    p.scratch.allocate(eng);
     p.x = Relayout(x_md, fwd_pd.src_desc(), eng);
     p.y = Relayout(y_md, fwd_pd.dst_desc(), eng);
     p.dy = Relayout(y_md, bwd_w_pd.diff_dst_desc(), eng);
     p.dx = Relayout(x_md, bwd_data_pd.diff_src_desc(), eng);
-    p.w_fwd = Relayout(w_user_md, fwd_pd.weights_desc(), eng);
-    p.w_bwd = Relayout(w_user_md, bwd_data_pd.weights_desc(), eng);
-    p.b = user_memory(b_md, eng);
-    p.db_prim = Mem(b_md, eng);
-    p.dw = WeightGrad(w_user_md, bwd_w_pd.diff_weights_desc(), eng);
-    p.fwd_args = {{DNNL_ARG_SRC, p.x.prim},
-                  {DNNL_ARG_WEIGHTS, p.w_fwd.prim},
-                  {DNNL_ARG_DST, p.y.prim},
-                  {DNNL_ARG_SCRATCHPAD, p.scratch.view(fwd_pd, eng)}};
-    if (cfg_.bias) p.fwd_args.emplace(DNNL_ARG_BIAS, p.b);
-    p.bwd_data_args = {{DNNL_ARG_DIFF_DST, p.dy.prim},
-                       {DNNL_ARG_WEIGHTS, p.w_bwd.prim},
-                       {DNNL_ARG_DIFF_SRC, p.dx.prim},
-                       {DNNL_ARG_SCRATCHPAD, p.scratch.view(bwd_data_pd, eng)}};
-    p.bwd_weights_args = {{DNNL_ARG_SRC, p.x.prim},
-                          {DNNL_ARG_DIFF_DST, p.dy.prim},
-                          {DNNL_ARG_DIFF_WEIGHTS, p.dw.prim},
-                          {DNNL_ARG_SCRATCHPAD, p.scratch.view(bwd_w_pd, eng)}};
-    if (cfg_.bias) p.bwd_weights_args.emplace(DNNL_ARG_DIFF_BIAS, p.db_prim);
+    p.build(fwd_pd, bwd_data_pd, bwd_w_pd, w_user_md, b_md, cfg_.bias, eng);
   }
 
   CpuContext ctx_;
