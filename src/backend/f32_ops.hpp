@@ -1,8 +1,8 @@
 // Private to the backends: bases for ops whose kernels compute on f32 activations. Each takes
 // the interface's typed views (Note [Activation dtype]), checks that they are f32, and calls
-// the *_f32 entry points its kernels implement. The CUDA backend's activations are f32 in
-// every precision; the CPU's bf16 activations reach these through the fallback's adapters
-// (Note [bf16 fallback on the CPU]), which hand them f32 copies.
+// the *_f32 entry points its kernels implement: the CPU backend's fp32 ops, which bf16
+// activations reach through the fallback's adapters (Note [bf16 fallback on the CPU]), handing
+// them f32 copies. (The CUDA ops take the views themselves: Note [Casts at the edges].)
 #pragma once
 
 #include "ddpv/backend/backend.hpp"

@@ -106,22 +106,21 @@ std::unique_ptr<Backend> backend_or_skip(Device device, int threads) {
   return make_backend(opt);
 }
 
-DeviceBuffer::DeviceBuffer(Backend* b, const std::vector<float>& host) : backend(b) {
-  t = Tensor::empty(Shape{static_cast<int64_t>(host.size())}, DType::kF32, b->allocator());
-  b->copy(t.raw(), b->device(), host.data(), Device::kCpu, host.size() * sizeof(float));
+DeviceBuffer::DeviceBuffer(Backend* b, const std::vector<float>& host, DType dtype) : backend(b) {
+  DDPV_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, "DeviceBuffer: f32 or bf16 only");
+  t = Tensor::empty(Shape{static_cast<int64_t>(host.size())}, dtype, b->allocator());
+  if (dtype == DType::kBF16) {
+    const std::vector<uint16_t> bits = to_bf16(host);
+    b->copy(t.raw(), b->device(), bits.data(), Device::kCpu, t.nbytes());
+  } else {
+    b->copy(t.raw(), b->device(), host.data(), Device::kCpu, t.nbytes());
+  }
 }
 
-DeviceBuffer::DeviceBuffer(Backend* b, size_t n) : backend(b) {
-  t = Tensor::empty(Shape{static_cast<int64_t>(n)}, DType::kF32, b->allocator());
-  b->fill(static_cast<int64_t>(n), 0.0f, t.data<float>());
-}
+DeviceBuffer::DeviceBuffer(Backend* b, size_t n, DType dtype)
+    : DeviceBuffer(b, std::vector<float>(n, 0.0f), dtype) {}
 
-std::vector<float> DeviceBuffer::to_host() const {
-  std::vector<float> h(static_cast<size_t>(t.numel()));
-  backend->copy(h.data(), Device::kCpu, t.raw(), backend->device(), t.nbytes());
-  backend->synchronize();
-  return h;
-}
+std::vector<float> DeviceBuffer::to_host() const { return host_floats(*backend, t); }
 
 DeviceLabels::DeviceLabels(Backend* b, const std::vector<int32_t>& host) {
   t = Tensor::empty(Shape{static_cast<int64_t>(host.size())}, DType::kI32, b->allocator());

@@ -59,13 +59,16 @@ std::string device_param_name(const ::testing::TestParamInfo<Device>& info);
 std::unique_ptr<Backend> backend_or_skip(Device device, int threads = 1);
 
 // Device <-> host helpers, so one test body serves both devices.
+// A buffer of the backend's memory, f32 or (an activation, Note [Activation dtype]) bf16.
 struct DeviceBuffer {
   Backend* backend = nullptr;
   Tensor t;
-  DeviceBuffer(Backend* b, const std::vector<float>& host);
-  DeviceBuffer(Backend* b, size_t n);  // zero-filled
-  float* data() { return t.data<float>(); }
-  std::vector<float> to_host() const;
+  // bf16: each value rounded to nearest even on the way in.
+  DeviceBuffer(Backend* b, const std::vector<float>& host, DType dtype = DType::kF32);
+  DeviceBuffer(Backend* b, size_t n, DType dtype = DType::kF32);  // zero-filled
+  float* data() { return t.data<float>(); }                       // f32 only
+  MutAct act() const { return mact(t); }                          // a view in the buffer's dtype
+  std::vector<float> to_host() const;                             // as floats, whatever the dtype
 };
 struct DeviceLabels {
   Tensor t;

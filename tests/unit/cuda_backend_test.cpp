@@ -128,6 +128,67 @@ TEST(CudaBackend, ElementwiseOpsMatchTheCpuBackend) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], want[i]) << "result " << i;
 }
 
+// Under bf16 the elementwise ops and relayout take bf16 activations: each result is the f32
+// arithmetic of naive loops here, rounded once to nearest even.
+TEST(CudaBackend, Bf16ElementwiseOpsRoundOnce) {
+  auto gpu = gpu_or_null(Precision::kBF16);
+  if (!gpu) GTEST_SKIP() << "no CUDA device visible: GPU case skipped on this machine";
+  ASSERT_EQ(gpu->activation_dtype(), DType::kBF16);
+  const int64_t n = 100103;  // odd: exercises the non-vector tails
+  const std::vector<float> a = bf16_values(n, 1), b = bf16_values(n, 2);
+  auto rounded = [](float v) { return bf16_to_f32(f32_to_bf16(v)); };
+  std::vector<float> sum(n), sum_relu(n), relu(n), mask(n);
+  for (int64_t i = 0; i < n; ++i) {
+    sum[i] = rounded(a[i] + b[i]);
+    sum_relu[i] = a[i] + b[i] > 0.0f ? sum[i] : 0.0f;
+    relu[i] = a[i] > 0.0f ? a[i] : 0.0f;
+    mask[i] = relu[i] > 0.0f ? b[i] : 0.0f;
+  }
+  DeviceBuffer da(gpu.get(), a, DType::kBF16), db(gpu.get(), b, DType::kBF16),
+      y(gpu.get(), n, DType::kBF16), dx(gpu.get(), n, DType::kBF16);
+  gpu->add(n, da.act(), db.act(), y.act());
+  EXPECT_EQ(y.to_host(), sum) << "add";
+  gpu->add_relu(n, da.act(), db.act(), y.act());
+  EXPECT_EQ(y.to_host(), sum_relu) << "add_relu";
+  gpu->relu_forward(n, da.act(), y.act());
+  EXPECT_EQ(y.to_host(), relu) << "relu";
+  gpu->relu_backward(n, y.act(), db.act(), dx.act());
+  EXPECT_EQ(dx.to_host(), mask) << "relu backward";
+
+  // Off the 16-byte vectors (one element in): the scalar kernels, the same results.
+  auto shifted = [](const DeviceBuffer& d) {
+    return MutAct(static_cast<uint16_t*>(d.t.raw()) + 1, DType::kBF16);
+  };
+  gpu->add(n - 1, shifted(da), shifted(db), shifted(y));
+  const std::vector<float> off = y.to_host();
+  EXPECT_EQ(std::vector<float>(off.begin() + 1, off.end()),
+            std::vector<float>(sum.begin() + 1, sum.end()))
+      << "add, unaligned";
+
+  // An f32 operand (the model's input) meets bf16 ones: converted, the same sum.
+  DeviceBuffer fa(gpu.get(), a);
+  gpu->add(n, fa.data(), db.act(), y.act());
+  EXPECT_EQ(y.to_host(), sum) << "add, f32 + bf16";
+
+  // NHWC -> NCHW and back on bf16: 7*13*11*100 = 100100 < n.
+  const int bn = 7, h = 13, w = 11, c = 100;
+  std::vector<float> nchw(static_cast<size_t>(bn) * h * w * c);
+  for (int i = 0; i < bn; ++i)
+    for (int p = 0; p < h * w; ++p)
+      for (int ch = 0; ch < c; ++ch)
+        nchw[(static_cast<size_t>(i) * c + ch) * h * w + p] =
+            a[(static_cast<size_t>(i) * h * w + p) * c + ch];
+  gpu->relayout(bn, h, w, c, 0, Backend::kNchw, da.act(), y.act());
+  std::vector<float> got = y.to_host();
+  got.resize(nchw.size());
+  EXPECT_EQ(got, nchw) << "NHWC -> NCHW";
+  gpu->relayout(bn, h, w, c, Backend::kNchw, 0, y.act(), dx.act());
+  got = dx.to_host();
+  got.resize(nchw.size());
+  EXPECT_EQ(got, std::vector<float>(a.begin(), a.begin() + static_cast<int64_t>(nchw.size())))
+      << "NCHW -> NHWC";
+}
+
 TEST(CudaBackend, AllFiniteSeesNanAndInf) {
   DDPV_GPU_OR_SKIP(gpu);
   std::vector<float> v = random_vector(5000, 3);

@@ -2,16 +2,23 @@
 // training step of a model gives PyTorch's float64 one, in fp32 and in bf16 (cases skip
 // visibly without a GPU).
 //
+// Under bf16 the GPU's ops take and give bf16 activations (Note [Activation dtype]), as they
+// do in training; the fp32 CPU reference gets the same values (every activation input is
+// drawn exactly representable in bf16), so what is measured is the GPU's own error.
 // Op error measure: max_i |gpu_i - cpu_i| / max(|cpu_i|, f * max_j |cpu_j|): relative error,
 // with entries far below the tensor's scale compared against f times that scale instead.
 //  - fp32: f = 0.01, tolerance 1e-3.
-//  - bf16 (conv and linear inputs rounded to 8 significant bits, fp32 accumulation): a sum of
-//    K rounded products carries an absolute error of about 2^-9 of the result's scale, so the
-//    measure is taken relative to the scale (f = 1): 2e-2. BatchNorm, pooling and the loss
-//    themselves are fp32 in both.
+//  - bf16, convolution and linear (weights rounded to 8 significant bits, fp32 accumulation):
+//    a sum of K rounded products carries an absolute error of about 2^-9 of the result's
+//    scale, so the measure is taken relative to the scale (f = 1): 2e-2.
+//  - bf16 activations out of fp32 arithmetic (BatchNorm's y and dx, pooling, dlogits): one
+//    rounding, at most 2^-9 = 2e-3 of each entry: f = 0.01, tolerance 5e-3.
+//  - fp32 outputs (weight and bias gradients of BatchNorm, its running statistics, the loss)
+//    from the same bf16 inputs: as in fp32.
 // The model step has measures of its own (see ModelTrainingStepMatchesPyTorch).
 #include <algorithm>
 #include <cmath>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -42,6 +49,22 @@ double scaled_error(const std::vector<float>& got, const std::vector<float>& wan
   return worst;
 }
 
+// n different values that bf16 (and so f32) holds exactly, shuffled: every pooling window has
+// one maximum, whichever way a backend breaks ties.
+std::vector<float> distinct_values(size_t n, uint64_t seed) {
+  std::vector<float> v;
+  for (int e = -6; e < 6; ++e) {
+    for (int m = 0; m < 128; ++m) {
+      v.push_back(std::ldexp(1.0f + static_cast<float>(m) / 128.0f, e));
+      v.push_back(-v.back());
+    }
+  }
+  EXPECT_GE(v.size(), n);
+  std::shuffle(v.begin(), v.end(), std::mt19937_64(seed));
+  v.resize(std::min(n, v.size()));
+  return v;
+}
+
 class CudaParity : public ::testing::TestWithParam<Precision> {
  protected:
   void SetUp() override {
@@ -55,6 +78,11 @@ class CudaParity : public ::testing::TestWithParam<Precision> {
   }
   bool bf16() const { return GetParam() == Precision::kBF16; }
   Tol op_tol() const { return bf16() ? Tol{1.0, 2e-2} : kF32; }
+  Tol store_tol() const { return bf16() ? Tol{1e-2, 5e-3} : kF32; }
+  // Activation inputs: values bf16 holds exactly under bf16, so both backends see the same.
+  std::vector<float> acts(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) const {
+    return bf16() ? bf16_values(n, seed, lo, hi) : random_vector(n, seed, lo, hi);
+  }
   static constexpr Tol kF32Tol = kF32;  // ops that are fp32 in every precision
   std::vector<Backend*> both() { return {cpu_.get(), gpu_.get()}; }
 
@@ -87,19 +115,25 @@ TEST_P(CudaParity, Conv2d) {
     const size_t xn = size_t(c.n) * c.h * c.w * c.cin,
                  yn = size_t(c.n) * cfg.out_h() * cfg.out_w() * c.cout,
                  wn = size_t(c.cout) * c.cin * c.k * c.k;
-    const auto x = random_vector(xn, 1), w = random_vector(wn, 2), b = random_vector(c.cout, 3),
-               dy = random_vector(yn, 4), dw0 = random_vector(wn, 5),
-               db0 = random_vector(c.cout, 6);
+    const auto x = acts(xn, 1), w = random_vector(wn, 2), b = random_vector(c.cout, 3),
+               dy = acts(yn, 4), dw0 = random_vector(wn, 5), db0 = random_vector(c.cout, 6);
     std::vector<std::vector<float>> r[2];
     int k = 0;
     for (Backend* be : both()) {
+      const DType act = be->activation_dtype();
       auto op = be->conv2d(cfg);
-      DeviceBuffer dx_(be, x), dw_(be, w), db_(be, b), ddy(be, dy), y(be, yn), dx(be, xn),
-          gw(be, dw0), gb(be, db0);
-      op->forward(c.n, dx_.data(), dw_.data(), c.bias ? db_.data() : nullptr, y.data());
-      op->backward(c.n, dx_.data(), dw_.data(), ddy.data(), dx.data(), gw.data(),
+      DeviceBuffer dx_(be, x, act), dw_(be, w), db_(be, b), ddy(be, dy, act), y(be, yn, act),
+          dx(be, xn, act), gw(be, dw0), gb(be, db0);
+      op->forward(c.n, dx_.act(), dw_.data(), c.bias ? db_.data() : nullptr, y.act());
+      op->backward(c.n, dx_.act(), dw_.data(), ddy.act(), dx.act(), gw.data(),
                    c.bias ? gb.data() : nullptr, /*accumulate=*/true);
       r[k++] = {y.to_host(), dx.to_host(), gw.to_host(), gb.to_host()};
+      if (be == gpu_.get() && act != DType::kF32) {
+        // The model's f32 input (a first layer): converted at the op's edge, the same output.
+        DeviceBuffer xf(be, x), y2(be, yn, act);
+        op->forward(c.n, xf.data(), dw_.data(), c.bias ? db_.data() : nullptr, y2.act());
+        EXPECT_EQ(y2.to_host(), r[1][0]) << "f32 input, conv " << c.cin << "->" << c.cout;
+      }
     }
     const std::string what = " conv n" + std::to_string(c.n) + " " + std::to_string(c.cin) + "->" +
                              std::to_string(c.cout) + " k" + std::to_string(c.k) + " s" +
@@ -119,25 +153,29 @@ TEST_P(CudaParity, BatchNorm) {
   cfg.momentum = 0.1f;
   const int n = 6;
   const size_t xn = size_t(n) * cfg.h * cfg.w * cfg.channels, c = cfg.channels;
-  auto x = random_vector(xn, 11, -2.0f, 3.0f);
+  const auto x = acts(xn, 11, -2.0f, 3.0f);
   const auto gamma = random_vector(c, 12, 0.5f, 1.5f), beta = random_vector(c, 13),
-             rm0 = random_vector(c, 14), rv0 = random_vector(c, 15, 0.5f, 2.0f),
-             dy = random_vector(xn, 16), dg0 = random_vector(c, 17), db0 = random_vector(c, 18);
+             rm0 = random_vector(c, 14), rv0 = random_vector(c, 15, 0.5f, 2.0f), dy = acts(xn, 16),
+             dg0 = random_vector(c, 17), db0 = random_vector(c, 18);
   std::vector<std::vector<float>> r[2];
   int k = 0;
   for (Backend* be : both()) {
+    const DType act = be->activation_dtype();
     auto op = be->batchnorm2d(cfg);
-    DeviceBuffer dx_(be, x), g(be, gamma), bt(be, beta), rm(be, rm0), rv(be, rv0), y(be, xn),
-        yi(be, xn), ddy(be, dy), dx(be, xn), dg(be, dg0), dbt(be, db0);
-    op->forward_train(n, dx_.data(), g.data(), bt.data(), y.data(), rm.data(), rv.data());
-    op->backward(n, dx_.data(), g.data(), ddy.data(), dx.data(), dg.data(), dbt.data(), true);
-    op->forward_infer(n, dx_.data(), g.data(), bt.data(), rm.data(), rv.data(), yi.data());
+    DeviceBuffer dx_(be, x, act), g(be, gamma), bt(be, beta), rm(be, rm0), rv(be, rv0),
+        y(be, xn, act), yi(be, xn, act), ddy(be, dy, act), dx(be, xn, act), dg(be, dg0),
+        dbt(be, db0);
+    op->forward_train(n, dx_.act(), g.data(), bt.data(), y.act(), rm.data(), rv.data());
+    op->backward(n, dx_.act(), g.data(), ddy.act(), dx.act(), dg.data(), dbt.data(), true);
+    op->forward_infer(n, dx_.act(), g.data(), bt.data(), rm.data(), rv.data(), yi.act());
     r[k++] = {y.to_host(),  rm.to_host(), rv.to_host(), yi.to_host(),
               dx.to_host(), dg.to_host(), dbt.to_host()};
   }
   const char* names[] = {"y (train)", "running_mean",         "running_var (unbiased)", "y (infer)",
                          "dx",        "dgamma (accumulated)", "dbeta (accumulated)"};
-  for (int i = 0; i < 7; ++i) EXPECT_MATCH(r[1][i], r[0][i], kF32Tol, names[i]);
+  const bool stored[] = {true, false, false, true, true, false, false};  // activations
+  for (int i = 0; i < 7; ++i)
+    EXPECT_MATCH(r[1][i], r[0][i], stored[i] ? store_tol() : kF32Tol, names[i]);
 }
 
 TEST_P(CudaParity, Pooling) {
@@ -162,18 +200,19 @@ TEST_P(CudaParity, Pooling) {
     cfg.stride = c.s;
     cfg.padding = c.p;
     const size_t xn = size_t(n) * 11 * 9 * 10, yn = size_t(n) * cfg.out_h() * cfg.out_w() * 10;
-    const auto x = random_vector(xn, 21), dy = random_vector(yn, 22);
+    const auto x = distinct_values(xn, 21), dy = acts(yn, 22);
     std::vector<std::vector<float>> r[2];
     int k = 0;
     for (Backend* be : both()) {
+      const DType act = be->activation_dtype();
       auto op = be->pool2d(cfg);
-      DeviceBuffer dx_(be, x), y(be, yn), ddy(be, dy), dx(be, xn);
-      op->forward(n, dx_.data(), y.data());
-      op->backward(n, ddy.data(), dx.data());
+      DeviceBuffer dx_(be, x, act), y(be, yn, act), ddy(be, dy, act), dx(be, xn, act);
+      op->forward(n, dx_.act(), y.act());
+      op->backward(n, ddy.act(), dx.act());
       r[k++] = {y.to_host(), dx.to_host()};
     }
-    EXPECT_MATCH(r[1][0], r[0][0], kF32Tol, "y " << c.name);
-    EXPECT_MATCH(r[1][1], r[0][1], kF32Tol, "dx " << c.name);
+    EXPECT_MATCH(r[1][0], r[0][0], store_tol(), "y " << c.name);
+    EXPECT_MATCH(r[1][1], r[0][1], store_tol(), "dx " << c.name);
   }
 }
 
@@ -184,17 +223,18 @@ TEST_P(CudaParity, Linear) {
     cfg.out_features = 10;
     cfg.bias = bias;
     const int n = 8;
-    const auto x = random_vector(size_t(n) * 96, 31), w = random_vector(960, 32),
-               b = random_vector(10, 33), dy = random_vector(size_t(n) * 10, 34),
-               dw0 = random_vector(960, 35), db0 = random_vector(10, 36);
+    const auto x = acts(size_t(n) * 96, 31), w = random_vector(960, 32), b = random_vector(10, 33),
+               dy = acts(size_t(n) * 10, 34), dw0 = random_vector(960, 35),
+               db0 = random_vector(10, 36);
     std::vector<std::vector<float>> r[2];
     int k = 0;
     for (Backend* be : both()) {
+      const DType act = be->activation_dtype();
       auto op = be->linear(cfg);
-      DeviceBuffer dx_(be, x), dw_(be, w), db_(be, b), y(be, size_t(n) * 10), ddy(be, dy),
-          dx(be, size_t(n) * 96), gw(be, dw0), gb(be, db0);
-      op->forward(n, dx_.data(), dw_.data(), bias ? db_.data() : nullptr, y.data());
-      op->backward(n, dx_.data(), dw_.data(), ddy.data(), dx.data(), gw.data(),
+      DeviceBuffer dx_(be, x, act), dw_(be, w), db_(be, b), y(be, size_t(n) * 10, act),
+          ddy(be, dy, act), dx(be, size_t(n) * 96, act), gw(be, dw0), gb(be, db0);
+      op->forward(n, dx_.act(), dw_.data(), bias ? db_.data() : nullptr, y.act());
+      op->backward(n, dx_.act(), dw_.data(), ddy.act(), dx.act(), gw.data(),
                    bias ? gb.data() : nullptr, true);
       r[k++] = {y.to_host(), dx.to_host(), gw.to_host(), gb.to_host()};
     }
@@ -208,23 +248,24 @@ TEST_P(CudaParity, Linear) {
 TEST_P(CudaParity, SoftmaxCrossEntropy) {
   for (int classes : {10, 1000}) {
     const int n = 37;
-    const auto logits = random_vector(size_t(n) * classes, 41, -4.0f, 4.0f);
+    const auto logits = acts(size_t(n) * classes, 41, -4.0f, 4.0f);
     std::vector<int32_t> labels(n);
     for (int i = 0; i < n; ++i) labels[i] = (i * 7919) % classes;
     LossResult res[2];
     std::vector<float> grads[2];
     int k = 0;
     for (Backend* be : both()) {
+      const DType act = be->activation_dtype();
       auto op = be->softmax_cross_entropy(classes);
-      DeviceBuffer z(be, logits), d(be, size_t(n) * classes);
+      DeviceBuffer z(be, logits, act), d(be, size_t(n) * classes, act);
       DeviceLabels l(be, labels);
-      res[k] = op->forward(n, z.data(), l.data());
-      op->backward(n, l.data(), d.data(), 1.0f / n);
+      res[k] = op->forward(n, z.act(), l.data());
+      op->backward(n, l.data(), d.act(), 1.0f / n);
       grads[k++] = d.to_host();
     }
     EXPECT_NEAR(res[1].loss_sum, res[0].loss_sum, 1e-4 * std::abs(res[0].loss_sum)) << classes;
     EXPECT_EQ(res[1].correct, res[0].correct) << classes;
-    EXPECT_MATCH(grads[1], grads[0], kF32Tol, "dlogits, K=" << classes);
+    EXPECT_MATCH(grads[1], grads[0], store_tol(), "dlogits, K=" << classes);
   }
   // A label outside [0, K) is an error, not a silent wrong loss.
   auto op = gpu_->softmax_cross_entropy(10);
@@ -265,17 +306,17 @@ TEST_P(CudaParity, ModelTrainingStepMatchesPyTorch) {
     const Tensor xt = Tensor::wrap(xin.data(), Shape{g.dims[0], g.dims[1], g.dims[2], g.dims[3]},
                                    DType::kF32, be->device());
     const Tensor& out = model->forward(xt, /*training=*/true);
-    std::vector<float> logits(g.logits.size());
-    be->copy(logits.data(), Device::kCpu, out.raw(), be->device(), logits.size() * 4);
-    EXPECT_LE(error(logits, g.logits), tol) << "logits";
+    // bf16 activations all the way to the logits (Note [Activation dtype]).
+    EXPECT_EQ(out.dtype(), bf16() ? DType::kBF16 : DType::kF32);
+    EXPECT_LE(error(host_floats(*be, out), g.logits), tol) << "logits";
 
     auto loss_op = be->softmax_cross_entropy(g.classes);
     DeviceLabels l(be, g.labels);
-    const double loss = loss_op->forward(g.n, out.data<float>(), l.data()).loss_sum / g.n;
+    const double loss = loss_op->forward(g.n, cact(out), l.data()).loss_sum / g.n;
     EXPECT_NEAR(loss, g.loss, (bf16() ? 1e-2 : 1e-4) * std::abs(g.loss));
-    DeviceBuffer d(be, g.logits.size());
-    loss_op->backward(g.n, l.data(), d.data(), 1.0f / static_cast<float>(g.n));
-    model->backward(Tensor::wrap(d.data(), Shape{g.n, g.classes}, DType::kF32, be->device()),
+    DeviceBuffer d(be, g.logits.size(), be->activation_dtype());
+    loss_op->backward(g.n, l.data(), d.act(), 1.0f / static_cast<float>(g.n));
+    model->backward(Tensor::wrap(d.t.raw(), Shape{g.n, g.classes}, d.t.dtype(), be->device()),
                     false);
     if (bf16()) {
       expect_bf16_grads_like_pytorch(*model, g.file);

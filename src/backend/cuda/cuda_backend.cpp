@@ -190,18 +190,24 @@ class CudaBackend final : public Backend {
     return cuda::make_softmax_cross_entropy(ctx_, classes);
   }
 
-  // Activations are f32 here in every precision (Note [Activation dtype]).
+  // Activations are bf16 under --precision bf16 (Note [Activation dtype]); each op computes in
+  // its output's dtype.
+  DType activation_dtype() const override { return ctx_->bf16() ? DType::kBF16 : DType::kF32; }
   void relu_forward(int64_t count, ConstAct x, MutAct y) override {
-    DDPV_CUDA_CHECK(cuda::relu_forward(count, x.f32(), y.f32(), ctx_->stream()));
+    const Operands in = alike(count, x, nullptr, y.dtype);
+    DDPV_CUDA_CHECK(cuda::relu_forward(count, in.a, y.data, y.is_bf16(), ctx_->stream()));
   }
   void relu_backward(int64_t count, ConstAct y, ConstAct dy, MutAct dx) override {
-    DDPV_CUDA_CHECK(cuda::relu_backward(count, y.f32(), dy.f32(), dx.f32(), ctx_->stream()));
+    const Operands in = alike(count, y, dy, dx.dtype);
+    DDPV_CUDA_CHECK(cuda::relu_backward(count, in.a, in.b, dx.data, dx.is_bf16(), ctx_->stream()));
   }
   void add(int64_t count, ConstAct a, ConstAct b, MutAct y) override {
-    DDPV_CUDA_CHECK(cuda::add(count, a.f32(), b.f32(), y.f32(), ctx_->stream()));
+    const Operands in = alike(count, a, b, y.dtype);
+    DDPV_CUDA_CHECK(cuda::add(count, in.a, in.b, y.data, y.is_bf16(), ctx_->stream()));
   }
   void add_relu(int64_t count, ConstAct a, ConstAct b, MutAct y) override {
-    DDPV_CUDA_CHECK(cuda::add_relu(count, a.f32(), b.f32(), y.f32(), ctx_->stream()));
+    const Operands in = alike(count, a, b, y.dtype);
+    DDPV_CUDA_CHECK(cuda::add_relu(count, in.a, in.b, y.data, y.is_bf16(), ctx_->stream()));
   }
   void fill(int64_t count, float value, float* y) override {
     DDPV_CUDA_CHECK(cuda::fill(count, value, y, ctx_->stream()));
@@ -217,14 +223,14 @@ class CudaBackend final : public Backend {
     if (count > 0) DDPV_CUDA_CHECK(cuda::bf16_to_f32(count, x, y, ctx_->stream()));
   }
 
-  void relayout(int n, int h, int w, int c, int from, int to, ConstAct xa, MutAct ya) override {
-    const float* x = xa.f32();
-    float* y = ya.f32();
-    DDPV_CHECK(x != y, "relayout: a transpose cannot run in place");
+  void relayout(int n, int h, int w, int c, int from, int to, ConstAct xa, MutAct y) override {
+    DDPV_CHECK(xa.data != y.data, "relayout: a transpose cannot run in place");
+    const void* x = alike(int64_t{n} * h * w * c, xa, nullptr, y.dtype).a;
+    const cudaStream_t st = ctx_->stream();
     if (from == 0 && to == kNchw) {
-      DDPV_CUDA_CHECK(cuda::transpose_last2(n, int64_t{h} * w, c, x, y, ctx_->stream()));
+      DDPV_CUDA_CHECK(cuda::transpose_last2(n, int64_t{h} * w, c, x, y.data, y.is_bf16(), st));
     } else if (from == kNchw && to == 0) {
-      DDPV_CUDA_CHECK(cuda::transpose_last2(n, c, int64_t{h} * w, x, y, ctx_->stream()));
+      DDPV_CUDA_CHECK(cuda::transpose_last2(n, c, int64_t{h} * w, x, y.data, y.is_bf16(), st));
     } else {
       DDPV_FAIL("the CUDA backend converts activations between NHWC and NCHW only (asked: ", from,
                 " -> ", to, ")");
@@ -256,6 +262,20 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // An elementwise op's inputs in its output's dtype: where they lie, or converted into scratch
+  // (Note [Casts at the edges]; mixed dtypes meet only at the model's f32 input). b may be null.
+  struct Operands {
+    const void* a;
+    const void* b;
+  };
+  Operands alike(int64_t count, ConstAct a, ConstAct b, DType want) {
+    cuda::ScratchCarver sc(ctx_->scratch(cuda::staged_bytes(a.data, a.dtype, want, count) +
+                                         cuda::staged_bytes(b.data, b.dtype, want, count)));
+    const cudaStream_t st = ctx_->stream();
+    const void* ap = cuda::staged_input(a, want, count, sc, st);
+    return {ap, cuda::staged_input(b, want, count, sc, st)};
+  }
+
   // The decayed runs of the arena as sorted, merged [begin, end) pairs on the device; uploaded
   // again only when the spans change (they are fixed for a model, so once per run).
   void upload_decay_ranges(const std::vector<ParamSpan>& spans, int64_t count) {

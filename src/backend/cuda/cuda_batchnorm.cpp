@@ -1,10 +1,10 @@
-// BatchNorm on cuDNN, NHWC fp32 in every precision: training forward (batch statistics, running
-// statistics updated as PyTorch does), inference forward, and backward.
+// BatchNorm on cuDNN over NHWC activations, f32 or bf16, with fp32 parameters and statistics:
+// training forward (batch statistics, running statistics updated as PyTorch does), inference
+// forward, and backward.
 #include <memory>
 
 #include "backend/cuda/cuda_context.hpp"
 #include "backend/cuda/cuda_ops.hpp"
-#include "backend/f32_ops.hpp"
 #include "ddpv/core/log.hpp"
 
 namespace ddpv::cuda {
@@ -29,8 +29,12 @@ namespace {
 //  - The persistent kernels read the per-channel vectors (gamma, beta, the running and saved
 //    statistics, their gradients) 16 bytes at a time and fault with "misaligned address"
 //    otherwise; the arenas keep every tensor 64-byte aligned (Note [Aligned entries]).
-//  - BatchNorm stays fp32 under --precision bf16, as PyTorch's autocast keeps it.
-class CudaBatchNorm final : public F32BatchNormOp {
+//  - Under --precision bf16, x, y, dy and dx are bf16 and gamma, beta, the statistics and their
+//    gradients fp32 (cuDNN derives an fp32 parameter descriptor from a bf16 one), which is how
+//    PyTorch runs BatchNorm on bf16 channels_last tensors. A shape for which cuDNN refuses
+//    bf16 in the spatial mode too runs in fp32 for good, with a warning, through casts at its
+//    edges (Note [Casts at the edges]); the saved statistics are fp32 either way.
+class CudaBatchNorm final : public BatchNormOp {
  public:
   CudaBatchNorm(std::shared_ptr<CudaContext> ctx, const BatchNormConfig& cfg)
       : ctx_(std::move(ctx)),
@@ -38,6 +42,7 @@ class CudaBatchNorm final : public F32BatchNormOp {
         saved_mean_(sizeof(float) * cfg.channels),
         saved_inv_var_(sizeof(float) * cfg.channels) {
     ex_ = ctx_->batchnorm_path() == BatchNormPath::kEx;  // --cuda-bn
+    dtype_ = ctx_->bf16() ? DType::kBF16 : DType::kF32;
     DDPV_CHECK(cfg.channels > 0 && cfg.h > 0 && cfg.w > 0,
                "batchnorm2d: invalid configuration (channels ", cfg.channels, ", ", cfg.h, "x",
                cfg.w, ")");
@@ -47,78 +52,149 @@ class CudaBatchNorm final : public F32BatchNormOp {
                "batchnorm2d: momentum must lie in [0, 1], got ", cfg.momentum);
   }
 
-  void forward_train_f32(int n, const float* x, const float* gamma, const float* beta, float* y,
-                         float* running_mean, float* running_var) override {
+  void forward_train(int n, ConstAct x, const float* gamma, const float* beta, MutAct y,
+                     float* running_mean, float* running_var) override {
     set_batch(n);
     DDPV_CHECK(int64_t{n} * cfg_.h * cfg_.w > 1,
                "batchnorm2d: training needs more than one value per channel, got batch ", n, " of ",
                cfg_.h, "x", cfg_.w, "; use a larger batch");
-    auto plain = [&] {
-      const float one = 1.0f, zero = 0.0f;
-      return cudnnBatchNormalizationForwardTraining(
-          ctx_->cudnn(), mode_, &one, &zero, x_desc_.get(), x, x_desc_.get(), y, bn_desc_.get(),
-          gamma, beta, static_cast<double>(cfg_.momentum), running_mean, running_var,
-          static_cast<double>(cfg_.eps), saved_mean_.get(), saved_inv_var_.get());
-    };
-    cudnnStatus_t status = ex_ ? forward_ex(x, gamma, beta, y, running_mean, running_var) : plain();
-    if (status != CUDNN_STATUS_SUCCESS && mode_ == CUDNN_BATCHNORM_SPATIAL_PERSISTENT) {
-      DDPV_DEBUG("cuda batchnorm: persistent mode refused (", cudnnGetErrorString(status),
-                 ") for C=", cfg_.channels, " ", cfg_.h, "x", cfg_.w, ", using spatial mode");
-      ex_ = false;
-      mode_ = CUDNN_BATCHNORM_SPATIAL;
-      status = plain();
+    for (;;) {
+      set_batch(n);
+      const Io io = stage(x, nullptr, y);
+      const void* xc = io.x;
+      void* yc = io.out;
+      auto plain = [&] {
+        const float one = 1.0f, zero = 0.0f;
+        return cudnnBatchNormalizationForwardTraining(
+            ctx_->cudnn(), mode_, &one, &zero, x_desc_.get(), xc, x_desc_.get(), yc, bn_desc_.get(),
+            gamma, beta, static_cast<double>(cfg_.momentum), running_mean, running_var,
+            static_cast<double>(cfg_.eps), saved_mean_.get(), saved_inv_var_.get());
+      };
+      cudnnStatus_t status =
+          ex_ ? forward_ex(xc, gamma, beta, yc, running_mean, running_var) : plain();
+      if (status != CUDNN_STATUS_SUCCESS && mode_ == CUDNN_BATCHNORM_SPATIAL_PERSISTENT) {
+        DDPV_DEBUG("cuda batchnorm: persistent mode refused (", cudnnGetErrorString(status),
+                   ") for C=", cfg_.channels, " ", cfg_.h, "x", cfg_.w, ", using spatial mode");
+        ex_ = false;
+        mode_ = CUDNN_BATCHNORM_SPATIAL;
+        status = plain();
+      }
+      if (status == CUDNN_STATUS_SUCCESS) {
+        unstage_output(yc, dtype_, y, count(), ctx_->stream());
+        break;
+      }
+      if (!refused_bf16(status, /*restart=*/true)) DDPV_CUDNN_CHECK(status);
     }
-    DDPV_CUDNN_CHECK(status);
     trained_n_ = n;
   }
 
-  void forward_infer_f32(int n, const float* x, const float* gamma, const float* beta,
-                         const float* running_mean, const float* running_var, float* y) override {
-    set_batch(n);
-    const float one = 1.0f, zero = 0.0f;
-    DDPV_CUDNN_CHECK(cudnnBatchNormalizationForwardInference(
-        ctx_->cudnn(), CUDNN_BATCHNORM_SPATIAL, &one, &zero, x_desc_.get(), x, x_desc_.get(), y,
-        bn_desc_.get(), gamma, beta, running_mean, running_var, static_cast<double>(cfg_.eps)));
+  void forward_infer(int n, ConstAct x, const float* gamma, const float* beta,
+                     const float* running_mean, const float* running_var, MutAct y) override {
+    for (;;) {
+      set_batch(n);
+      const Io io = stage(x, nullptr, y);
+      const void* xc = io.x;
+      void* yc = io.out;
+      const float one = 1.0f, zero = 0.0f;
+      const cudnnStatus_t status = cudnnBatchNormalizationForwardInference(
+          ctx_->cudnn(), CUDNN_BATCHNORM_SPATIAL, &one, &zero, x_desc_.get(), xc, x_desc_.get(), yc,
+          bn_desc_.get(), gamma, beta, running_mean, running_var, static_cast<double>(cfg_.eps));
+      if (status == CUDNN_STATUS_SUCCESS) {
+        unstage_output(yc, dtype_, y, count(), ctx_->stream());
+        return;
+      }
+      if (!refused_bf16(status, /*restart=*/false)) DDPV_CUDNN_CHECK(status);
+    }
   }
 
-  void backward_f32(int n, const float* x, const float* gamma, const float* dy, float* dx,
-                    float* dgamma, float* dbeta, bool accumulate) override {
+  void backward(int n, ConstAct x, const float* gamma, ConstAct dy, MutAct dx, float* dgamma,
+                float* dbeta, bool accumulate) override {
     DDPV_CHECK(n == trained_n_, "batchnorm2d: backward of batch ", n,
                " does not follow a forward_train of that batch (last was ", trained_n_, ")");
-    set_batch(n);
     const float one = 1.0f, zero = 0.0f;
     const float* beta_param = accumulate ? &one : &zero;
-    if (ex_) {
-      size_t ws_bytes = 0;
-      cudnnStatus_t status = cudnnGetBatchNormalizationBackwardExWorkspaceSize(
-          ctx_->cudnn(), mode_, CUDNN_BATCHNORM_OPS_BN, x_desc_.get(), x_desc_.get(), x_desc_.get(),
-          nullptr, x_desc_.get(), bn_desc_.get(), nullptr, &ws_bytes);
-      if (status == CUDNN_STATUS_SUCCESS) {
-        void* ws = ctx_->workspace(ws_bytes);
-        status = cudnnBatchNormalizationBackwardEx(
-            ctx_->cudnn(), mode_, CUDNN_BATCHNORM_OPS_BN, &one, &zero, &one, beta_param,
-            x_desc_.get(), x, nullptr, nullptr, x_desc_.get(), dy, nullptr, nullptr, x_desc_.get(),
-            dx, bn_desc_.get(), gamma, nullptr, dgamma, dbeta, static_cast<double>(cfg_.eps),
-            saved_mean_.get(), saved_inv_var_.get(), nullptr, ws, ws_bytes, reserve_.get(),
-            reserve_.size());
+    for (;;) {
+      set_batch(n);
+      const Io io = stage(x, dy, dx);
+      const void* xc = io.x;
+      const void* dyc = io.dy;
+      void* dxc = io.out;
+      cudnnStatus_t status = CUDNN_STATUS_NOT_SUPPORTED;
+      if (ex_) {
+        size_t ws_bytes = 0;
+        status = cudnnGetBatchNormalizationBackwardExWorkspaceSize(
+            ctx_->cudnn(), mode_, CUDNN_BATCHNORM_OPS_BN, x_desc_.get(), x_desc_.get(),
+            x_desc_.get(), nullptr, x_desc_.get(), bn_desc_.get(), nullptr, &ws_bytes);
+        if (status == CUDNN_STATUS_SUCCESS) {
+          void* ws = ctx_->workspace(ws_bytes);
+          status = cudnnBatchNormalizationBackwardEx(
+              ctx_->cudnn(), mode_, CUDNN_BATCHNORM_OPS_BN, &one, &zero, &one, beta_param,
+              x_desc_.get(), xc, nullptr, nullptr, x_desc_.get(), dyc, nullptr, nullptr,
+              x_desc_.get(), dxc, bn_desc_.get(), gamma, nullptr, dgamma, dbeta,
+              static_cast<double>(cfg_.eps), saved_mean_.get(), saved_inv_var_.get(), nullptr, ws,
+              ws_bytes, reserve_.get(), reserve_.size());
+        }
+        if (status != CUDNN_STATUS_SUCCESS) {
+          // The saved statistics are the plain functions' too: they take over from here.
+          DDPV_DEBUG("cuda batchnorm: backward with a workspace refused (",
+                     cudnnGetErrorString(status), ") for C=", cfg_.channels, " ", cfg_.h, "x",
+                     cfg_.w, ", using the plain functions");
+          ex_ = false;
+        }
       }
-      if (status == CUDNN_STATUS_SUCCESS) return;
-      // The saved statistics are the plain functions' too: they take over from here.
-      DDPV_DEBUG("cuda batchnorm: backward with a workspace refused (", cudnnGetErrorString(status),
-                 ") for C=", cfg_.channels, " ", cfg_.h, "x", cfg_.w,
-                 ", using the plain functions");
-      ex_ = false;
+      if (!ex_) {
+        status = cudnnBatchNormalizationBackward(
+            ctx_->cudnn(), mode_, &one, &zero, &one, beta_param, x_desc_.get(), xc, x_desc_.get(),
+            dyc, x_desc_.get(), dxc, bn_desc_.get(), gamma, dgamma, dbeta,
+            static_cast<double>(cfg_.eps), saved_mean_.get(), saved_inv_var_.get());
+      }
+      if (status == CUDNN_STATUS_SUCCESS) {
+        unstage_output(dxc, dtype_, dx, count(), ctx_->stream());
+        return;
+      }
+      if (!refused_bf16(status, /*restart=*/false)) DDPV_CUDNN_CHECK(status);
     }
-    DDPV_CUDNN_CHECK(cudnnBatchNormalizationBackward(
-        ctx_->cudnn(), mode_, &one, &zero, &one, beta_param, x_desc_.get(), x, x_desc_.get(), dy,
-        x_desc_.get(), dx, bn_desc_.get(), gamma, dgamma, dbeta, static_cast<double>(cfg_.eps),
-        saved_mean_.get(), saved_inv_var_.get()));
   }
 
  private:
+  int64_t count() const { return int64_t{n_} * cfg_.h * cfg_.w * cfg_.channels; }
+
+  // x and dy (null in forward) as dtype_, and where to compute the output in dtype_ (Note
+  // [Casts at the edges]); unstage_output finishes the output.
+  struct Io {
+    const void* x;
+    const void* dy;
+    void* out;
+  };
+  Io stage(ConstAct x, ConstAct dy, MutAct out) {
+    ScratchCarver sc(ctx_->scratch(staged_bytes(x.data, x.dtype, dtype_, count()) +
+                                   staged_bytes(dy.data, dy.dtype, dtype_, count()) +
+                                   staged_bytes(out.data, out.dtype, dtype_, count())));
+    const cudaStream_t st = ctx_->stream();
+    const void* xc = staged_input(x, dtype_, count(), sc, st);
+    const void* dyc = staged_input(dy, dtype_, count(), sc, st);
+    return {xc, dyc, staged_output(out, dtype_, count(), sc)};
+  }
+
+  // After a call in bf16 that cuDNN refused in every mode: true, and the op computes in fp32
+  // from now on, through casts (the caller retries). False in fp32: the refusal is an error.
+  // restart (a training forward): try the Ex functions and the persistent mode again in fp32;
+  // otherwise the plain functions in the current mode, which read only the saved statistics
+  // (fp32 whatever the data's dtype), never a reserve space filled in bf16.
+  bool refused_bf16(cudnnStatus_t status, bool restart) {
+    if (dtype_ != DType::kBF16) return false;
+    DDPV_WARN("cuDNN refused bf16 BatchNorm for C=", cfg_.channels, " ", cfg_.h, "x", cfg_.w, " (",
+              cudnnGetErrorString(status), "): this layer computes in fp32 from now on");
+    dtype_ = DType::kF32;
+    ex_ = restart && ctx_->batchnorm_path() == BatchNormPath::kEx;
+    if (restart) mode_ = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+    n_ = -1;  // describes x in fp32 on the next set_batch
+    return true;
+  }
+
   // The Ex forward in PERSISTENT mode; its status (a refusal is not an error: the caller falls
   // back). The reserve space it fills is what backward reads.
-  cudnnStatus_t forward_ex(const float* x, const float* gamma, const float* beta, float* y,
+  cudnnStatus_t forward_ex(const void* x, const float* gamma, const float* beta, void* y,
                            float* running_mean, float* running_var) {
     const float one = 1.0f, zero = 0.0f;
     size_t ws_bytes = 0, reserve_bytes = 0;
@@ -142,8 +218,8 @@ class CudaBatchNorm final : public F32BatchNormOp {
   void set_batch(int n) {
     DDPV_CHECK(n > 0, "batchnorm2d: batch size must be positive, got ", n);
     if (n == n_) return;
-    DDPV_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x_desc_.get(), CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT,
-                                                n, cfg_.channels, cfg_.h, cfg_.w));
+    DDPV_CUDNN_CHECK(cudnnSetTensor4dDescriptor(
+        x_desc_.get(), CUDNN_TENSOR_NHWC, cudnn_dtype(dtype_), n, cfg_.channels, cfg_.h, cfg_.w));
     // The derived (1, C, 1, 1) descriptor is the same for the spatial modes.
     DDPV_CUDNN_CHECK(
         cudnnDeriveBNTensorDescriptor(bn_desc_.get(), x_desc_.get(), CUDNN_BATCHNORM_SPATIAL));
@@ -156,6 +232,7 @@ class CudaBatchNorm final : public F32BatchNormOp {
   DeviceMemory saved_mean_, saved_inv_var_;  // (C): kept by forward_train for backward
   DeviceMemory reserve_;  // the Ex path's reserve space, kept by forward_train for backward
   bool ex_ = true;        // the Ex functions (Note [BatchNorm on cuDNN])
+  DType dtype_;           // what x, y, dy and dx are computed in
   cudnnBatchNormMode_t mode_ = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
   int n_ = -1, trained_n_ = -1;
 };

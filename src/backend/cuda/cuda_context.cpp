@@ -2,6 +2,7 @@
 // grow-only workspace and scratch buffers (Note [One scratch buffer]).
 #include "backend/cuda/cuda_context.hpp"
 
+#include "backend/cuda/cuda_kernels.hpp"
 #include "ddpv/core/log.hpp"
 
 namespace ddpv::cuda {
@@ -85,6 +86,29 @@ void* CudaContext::grow(DeviceMemory& buffer, size_t bytes) {
 const ConvAlgo* CudaContext::cached_algo(const std::string& key) const {
   const auto it = algos_.find(key);
   return it == algos_.end() ? nullptr : &it->second;
+}
+
+size_t staged_bytes(const void* data, DType have, DType want, int64_t count) {
+  if (data == nullptr || have == want) return 0;
+  return ScratchCarver::round(static_cast<size_t>(count) * dtype_size(want));
+}
+
+const void* staged_input(ConstAct a, DType want, int64_t count, ScratchCarver& sc,
+                         cudaStream_t st) {
+  if (a.data == nullptr || a.dtype == want) return a.data;
+  void* p = sc.take(static_cast<size_t>(count) * dtype_size(want));
+  DDPV_CUDA_CHECK(convert(count, a.data, is_bf16(a.dtype), p, is_bf16(want), st));
+  return p;
+}
+
+void* staged_output(MutAct a, DType want, int64_t count, ScratchCarver& sc) {
+  if (a.data == nullptr || a.dtype == want) return a.data;
+  return sc.take(static_cast<size_t>(count) * dtype_size(want));
+}
+
+void unstage_output(const void* computed, DType want, MutAct a, int64_t count, cudaStream_t st) {
+  if (a.data == nullptr || computed == a.data) return;
+  DDPV_CUDA_CHECK(convert(count, computed, is_bf16(want), a.data, is_bf16(a.dtype), st));
 }
 
 }  // namespace ddpv::cuda

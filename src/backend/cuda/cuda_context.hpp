@@ -132,4 +132,24 @@ class ScratchCarver {
   size_t used_ = 0;
 };
 
+// Note [Casts at the edges]: an op computes in one dtype (bf16 under --precision bf16, unless
+// cuDNN has no bf16 kernel for it: Note [bf16 fallback]), while its operands come in the
+// backend's activation dtype, or f32 for the model's input (Note [Activation dtype]). An
+// operand in the dtype the op computes in is used where it lies; another is converted through
+// scratch, an input before the call and an output after it. With bf16 activations that is
+// only the first layer's input and the layers that fell back to fp32; no cast sits between
+// two bf16 layers.
+inline bool is_bf16(DType t) { return t == DType::kBF16; }
+inline cudnnDataType_t cudnn_dtype(DType t) {
+  return is_bf16(t) ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+}
+// The scratch an operand of `count` elements needs to become `want` (0: none, or a null view).
+size_t staged_bytes(const void* data, DType have, DType want, int64_t count);
+// The input as `want`: the view's memory, or a converted copy carved from `sc`.
+const void* staged_input(ConstAct a, DType want, int64_t count, ScratchCarver& sc, cudaStream_t st);
+// Where to compute an output in `want`: the view's memory, or a piece of `sc`; then
+// unstage_output converts what was computed there into the view (nothing when it is the view).
+void* staged_output(MutAct a, DType want, int64_t count, ScratchCarver& sc);
+void unstage_output(const void* computed, DType want, MutAct a, int64_t count, cudaStream_t st);
+
 }  // namespace ddpv::cuda

@@ -1,5 +1,6 @@
-// Convolution on cuDNN: forward, backward-data and backward-filter over NHWC activations, with
-// algorithms found once per shape and a private NHWC (KRSC) copy of the OIHW filter.
+// Convolution on cuDNN: forward, backward-data and backward-filter over NHWC activations, f32 or
+// bf16, with algorithms found once per shape and a private NHWC (KRSC) copy of the OIHW filter.
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -8,7 +9,6 @@
 #include "backend/cuda/cuda_context.hpp"
 #include "backend/cuda/cuda_kernels.hpp"
 #include "backend/cuda/cuda_ops.hpp"
-#include "backend/f32_ops.hpp"
 #include "ddpv/core/log.hpp"
 
 namespace ddpv::cuda {
@@ -30,7 +30,13 @@ namespace {
 // Note [bf16 fallback]: cuDNN's bf16 NHWC kernels are written for channel counts in multiples
 // of 8; for others (an RGB stem, lenet's grey input) it may offer none. Rather than fail the
 // run, such a layer switches itself to fp32 for good, with a warning naming it; every other
-// layer stays bf16.
+// layer stays bf16. The layer still reads and writes the backend's bf16 activations, through
+// casts at its edges (Note [Casts at the edges]).
+//
+// Under bf16, x, y, dy, dx and the filter copy are bf16 with fp32 accumulation (the convolution
+// descriptor's compute type); the filter gradient comes out bf16 in the KRSC copy (cuDNN's
+// legacy API writes dw in x's dtype) and is widened into the fp32 arena by the transpose back.
+// A bias is added in f32 to the stored output (y = round(round(conv) + b) under bf16).
 constexpr size_t kMaxWorkspace = size_t{2} << 30;
 
 template <typename Perf>
@@ -48,7 +54,7 @@ std::optional<ConvAlgo> pick_algo(const Perf* perf, int count, bool deterministi
   return std::nullopt;
 }
 
-class CudaConv2d final : public F32Conv2dOp {
+class CudaConv2d final : public Conv2dOp {
  public:
   CudaConv2d(std::shared_ptr<CudaContext> ctx, const Conv2dConfig& cfg)
       : ctx_(std::move(ctx)), cfg_(cfg) {
@@ -67,83 +73,76 @@ class CudaConv2d final : public F32Conv2dOp {
                                                      CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
   }
 
-  void forward_f32(int n, const float* x, const float* w, const float* b, float* y) override {
+  void forward(int n, ConstAct x, const float* w, const float* b, MutAct y) override {
     DDPV_CHECK(!cfg_.bias || b != nullptr, "conv2d forward: the layer has a bias but b is null");
     set_batch(n);
     const ConvAlgo& a = algo(kFwd);
-    const bool bf16 = bf16_;  // after algo(): Note [bf16 fallback]
-    ScratchCarver sc(ctx_->scratch(
-        ScratchCarver::round(w_count() * elem_) +
-        (bf16 ? ScratchCarver::round(x_count() * 2) + ScratchCarver::round(y_count() * 2) : 0)));
-    void* wk = sc.take(w_count() * elem_);
-    const void* x_in = bf16 ? sc.take(x_count() * 2) : x;
-    void* y_out = bf16 ? sc.take(y_count() * 2) : y;
-    void* ws = ctx_->workspace(a.workspace);
+    const DType c = compute_dtype();  // after algo(): Note [bf16 fallback]
+    ScratchCarver sc(ctx_->scratch(ScratchCarver::round(w_count() * elem_) +
+                                   staged_bytes(x.data, x.dtype, c, x_count()) +
+                                   staged_bytes(y.data, y.dtype, c, y_count())));
     const cudaStream_t st = ctx_->stream();
-    DDPV_CUDA_CHECK(oihw_to_ohwi(cfg_.out_channels, cfg_.in_channels, kk(), w, wk, bf16, st));
-    if (bf16) DDPV_CUDA_CHECK(f32_to_bf16(x_count(), x, const_cast<void*>(x_in), st));
+    void* wk = sc.take(w_count() * elem_);
+    const void* x_in = staged_input(x, c, x_count(), sc, st);
+    void* y_out = staged_output(y, c, y_count(), sc);
+    void* ws = ctx_->workspace(a.workspace);
+    DDPV_CUDA_CHECK(oihw_to_ohwi(cfg_.out_channels, cfg_.in_channels, kk(), w, wk, bf16_, st));
     const float one = 1.0f, zero = 0.0f;
     DDPV_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_desc_.get(), a.math));
     DDPV_CUDNN_CHECK(cudnnConvolutionForward(ctx_->cudnn(), &one, x_desc_.get(), x_in,
                                              w_desc_.get(), wk, conv_desc_.get(),
                                              static_cast<cudnnConvolutionFwdAlgo_t>(a.algo), ws,
                                              a.workspace, &zero, y_desc_.get(), y_out));
-    if (bf16) DDPV_CUDA_CHECK(bf16_to_f32(y_count(), y_out, y, st));
-    if (b != nullptr)
-      DDPV_CUDA_CHECK(add_bias(y_count() / cfg_.out_channels, cfg_.out_channels, b, y, st));
+    if (b != nullptr) {
+      DDPV_CUDA_CHECK(
+          add_bias(y_count() / cfg_.out_channels, cfg_.out_channels, b, y_out, bf16_, st));
+    }
+    unstage_output(y_out, c, y, y_count(), st);
   }
 
-  void backward_f32(int n, const float* x, const float* w, const float* dy, float* dx, float* dw,
-                    float* db, bool accumulate) override {
+  void backward(int n, ConstAct x, const float* w, ConstAct dy, MutAct dx, float* dw, float* db,
+                bool accumulate) override {
     DDPV_CHECK(dw != nullptr, "conv2d backward: dw must not be null");
     DDPV_CHECK(!cfg_.bias || db != nullptr, "conv2d backward: the layer has a bias but db is null");
     set_batch(n);
-    const ConvAlgo* bd = dx != nullptr ? &algo(kBwdData) : nullptr;
-    const ConvAlgo* bf = dw != nullptr ? &algo(kBwdFilter) : nullptr;
+    const ConvAlgo* bd = dx ? &algo(kBwdData) : nullptr;
+    const ConvAlgo* bf = &algo(kBwdFilter);
     // A switch to fp32 in the second search (Note [bf16 fallback]) voids the first one.
     if (bd != nullptr && !have_[kBwdData]) bd = &algo(kBwdData);
-    const bool bf16 = bf16_;
+    const DType c = compute_dtype();
     const size_t wbytes = ScratchCarver::round(w_count() * elem_);
-    size_t need = (bd ? wbytes : 0) + (bf ? wbytes : 0);
-    if (bf16) {  // dy for both; x for the filter gradient; dx for the data gradient
-      need += ScratchCarver::round(y_count() * 2) + (bf ? ScratchCarver::round(x_count() * 2) : 0) +
-              (bd ? ScratchCarver::round(x_count() * 2) : 0);
-    }
-    ScratchCarver sc(ctx_->scratch(need));
-    void* wk = bd ? sc.take(w_count() * elem_) : nullptr;
-    void* dwk = bf ? sc.take(w_count() * elem_) : nullptr;
-    const void* x_in = bf16 && bf ? sc.take(x_count() * 2) : x;
-    const void* dy_in = bf16 ? sc.take(y_count() * 2) : dy;
-    void* dx_out = bf16 && bd ? sc.take(x_count() * 2) : dx;
-    const size_t ws_bytes = std::max(bd ? bd->workspace : 0, bf ? bf->workspace : 0);
-    void* ws = ctx_->workspace(ws_bytes);
+    ScratchCarver sc(ctx_->scratch((bd ? wbytes : 0) + wbytes +
+                                   staged_bytes(dy.data, dy.dtype, c, y_count()) +
+                                   staged_bytes(x.data, x.dtype, c, x_count()) +
+                                   staged_bytes(dx.data, dx.dtype, c, x_count())));
     const cudaStream_t st = ctx_->stream();
-    if (bf16) {
-      DDPV_CUDA_CHECK(f32_to_bf16(y_count(), dy, const_cast<void*>(dy_in), st));
-      if (bf) DDPV_CUDA_CHECK(f32_to_bf16(x_count(), x, const_cast<void*>(x_in), st));
-    }
+    void* wk = bd ? sc.take(w_count() * elem_) : nullptr;
+    void* dwk = sc.take(w_count() * elem_);
+    const void* dy_in = staged_input(dy, c, y_count(), sc, st);
+    const void* x_in = staged_input(x, c, x_count(), sc, st);
+    void* dx_out = staged_output(dx, c, x_count(), sc);
+    const size_t ws_bytes = std::max(bd ? bd->workspace : 0, bf->workspace);
+    void* ws = ctx_->workspace(ws_bytes);
     const float one = 1.0f, zero = 0.0f;
     if (bd != nullptr) {
-      DDPV_CUDA_CHECK(oihw_to_ohwi(cfg_.out_channels, cfg_.in_channels, kk(), w, wk, bf16, st));
+      DDPV_CUDA_CHECK(oihw_to_ohwi(cfg_.out_channels, cfg_.in_channels, kk(), w, wk, bf16_, st));
       DDPV_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_desc_.get(), bd->math));
       DDPV_CUDNN_CHECK(cudnnConvolutionBackwardData(
           ctx_->cudnn(), &one, w_desc_.get(), wk, y_desc_.get(), dy_in, conv_desc_.get(),
           static_cast<cudnnConvolutionBwdDataAlgo_t>(bd->algo), ws, ws_bytes, &zero, x_desc_.get(),
           dx_out));
-      if (bf16) DDPV_CUDA_CHECK(bf16_to_f32(x_count(), dx_out, dx, st));
+      unstage_output(dx_out, c, dx, x_count(), st);
     }
-    if (bf != nullptr) {
-      DDPV_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_desc_.get(), bf->math));
-      DDPV_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
-          ctx_->cudnn(), &one, x_desc_.get(), x_in, y_desc_.get(), dy_in, conv_desc_.get(),
-          static_cast<cudnnConvolutionBwdFilterAlgo_t>(bf->algo), ws, ws_bytes, &zero,
-          w_desc_.get(), dwk));
-      DDPV_CUDA_CHECK(
-          ohwi_to_oihw(cfg_.out_channels, cfg_.in_channels, kk(), dwk, bf16, dw, accumulate, st));
-    }
+    DDPV_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_desc_.get(), bf->math));
+    DDPV_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+        ctx_->cudnn(), &one, x_desc_.get(), x_in, y_desc_.get(), dy_in, conv_desc_.get(),
+        static_cast<cudnnConvolutionBwdFilterAlgo_t>(bf->algo), ws, ws_bytes, &zero, w_desc_.get(),
+        dwk));
+    DDPV_CUDA_CHECK(
+        ohwi_to_oihw(cfg_.out_channels, cfg_.in_channels, kk(), dwk, bf16_, dw, accumulate, st));
     if (db != nullptr) {
-      DDPV_CUDA_CHECK(
-          bias_grad(y_count() / cfg_.out_channels, cfg_.out_channels, dy, db, accumulate, st));
+      DDPV_CUDA_CHECK(bias_grad(y_count() / cfg_.out_channels, cfg_.out_channels, dy.data,
+                                dy.is_bf16(), db, accumulate, st));
     }
   }
 
@@ -151,6 +150,7 @@ class CudaConv2d final : public F32Conv2dOp {
   enum Direction { kFwd = 0, kBwdData = 1, kBwdFilter = 2 };
 
   int kk() const { return cfg_.kernel * cfg_.kernel; }
+  DType compute_dtype() const { return bf16_ ? DType::kBF16 : DType::kF32; }
   int64_t x_count() const { return int64_t{n_} * cfg_.in_h * cfg_.in_w * cfg_.in_channels; }
   int64_t y_count() const { return int64_t{n_} * cfg_.out_h() * cfg_.out_w() * cfg_.out_channels; }
   int64_t w_count() const { return int64_t{cfg_.out_channels} * cfg_.in_channels * kk(); }
@@ -158,7 +158,7 @@ class CudaConv2d final : public F32Conv2dOp {
   // The data type of x, y and the filter as cuDNN sees them (the arena stays f32).
   void set_precision(bool bf16) {
     bf16_ = bf16;
-    dtype_ = bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+    dtype_ = cudnn_dtype(compute_dtype());
     elem_ = bf16 ? 2 : 4;
     DDPV_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_desc_.get(), dtype_, CUDNN_TENSOR_NHWC,
                                                 cfg_.out_channels, cfg_.in_channels, cfg_.kernel,

@@ -20,10 +20,11 @@ __global__ void scale_kernel(int64_t count, float alpha, float* y) {
 // Note [Vector elementwise]: the activation-sized elementwise ops (the residual addition with
 // its ReLU, ReLU forward and backward) are memory-bound: the first H200 profile had them at
 // about half the memory bandwidth, one float per thread, and the residual output in two
-// passes (add, then ReLU in place). Each is now one pass of a functor over 4 floats per
-// thread (float4 loads and stores) where every pointer is 16-byte aligned, which activations
-// always are, with the count % 4 tail on the grid's first threads; otherwise one float per
-// thread. Outputs may alias inputs: each thread reads its elements before writing them.
+// passes (add, then ReLU in place). Each is now one pass of a functor over 16 bytes per
+// thread (4 floats or 8 bf16, one 16-byte load per operand and one store) where every pointer
+// is 16-byte aligned, which activations always are, with the tail on the grid's first
+// threads; otherwise one element per thread. The functor computes in f32 and a bf16 result is
+// rounded once. Outputs may alias inputs: each thread reads its elements before writing them.
 // NaN propagates through the ReLU (as in PyTorch and the CPU backend), so a diverged run is
 // still seen.
 __device__ __forceinline__ float relu(float v) { return (v > 0.0f || v != v) ? v : 0.0f; }
@@ -40,23 +41,26 @@ struct Relu {
   __device__ float operator()(float v, float) const { return relu(v); }
 };
 
-template <class F>
-__global__ void map_kernel(int64_t count, const float* a, const float* b, float* y, F f) {
-  DDPV_GRID_STRIDE(i, count) y[i] = f(a[i], b[i]);
+template <typename T, class F>
+__global__ void map_kernel(int64_t count, const T* a, const T* b, T* y, F f) {
+  DDPV_GRID_STRIDE(i, count) store(y, i, f(load(a, i), load(b, i)));
 }
-template <class F>
-__global__ void map4_kernel(int64_t count, const float4* a, const float4* b, float4* y, F f) {
-  const int64_t count4 = count / 4;
-  DDPV_GRID_STRIDE(i, count4) {
-    const float4 u = a[i], v = b[i];
-    y[i] = make_float4(f(u.x, v.x), f(u.y, v.y), f(u.z, v.z), f(u.w, v.w));
+template <typename T, class F>
+__global__ void map16_kernel(int64_t count, const T* a, const T* b, T* y, F f) {
+  constexpr int kPer = 16 / sizeof(T);
+  const int64_t chunks = count / kPer;
+  DDPV_GRID_STRIDE(i, chunks) {
+    const uint4 u = reinterpret_cast<const uint4*>(a)[i], v = reinterpret_cast<const uint4*>(b)[i];
+    uint4 w;
+    const T* ua = reinterpret_cast<const T*>(&u);
+    const T* vb = reinterpret_cast<const T*>(&v);
+    T* wy = reinterpret_cast<T*>(&w);
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) store(wy, k, f(load(ua, k), load(vb, k)));
+    reinterpret_cast<uint4*>(y)[i] = w;
   }
-  const int64_t tail = count4 * 4 + blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (tail < count) {
-    const float* as = reinterpret_cast<const float*>(a);
-    const float* bs = reinterpret_cast<const float*>(b);
-    reinterpret_cast<float*>(y)[tail] = f(as[tail], bs[tail]);
-  }
+  const int64_t tail = chunks * kPer + blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (tail < count) store(y, tail, f(load(a, tail), load(b, tail)));
 }
 __global__ void nonfinite_kernel(int64_t count, const float* x, int* flag) {
   DDPV_GRID_STRIDE(i, count) {
@@ -109,24 +113,26 @@ __global__ void ohwi_to_oihw_kernel(int o, int ci, int kk, const In* w, float* o
   }
 }
 
-__global__ void transpose_last2_kernel(int64_t b, int64_t r, int64_t c, const float* x, float* y) {
+template <typename T>  // moves elements as they are: float or bf16 bits alike
+__global__ void transpose_last2_kernel(int64_t b, int64_t r, int64_t c, const T* x, T* y) {
   DDPV_GRID_STRIDE(idx, b * r * c) {  // idx walks y: (B, C, R)
     const int64_t i = idx % r, j = idx / r % c, k = idx / (r * c);
     y[idx] = x[(k * r + i) * c + j];
   }
 }
 
-__global__ void add_bias_kernel(int64_t rows, int cols, const float* b, float* y) {
-  DDPV_GRID_STRIDE(idx, rows * cols) y[idx] += b[idx % cols];
+template <typename T>
+__global__ void add_bias_kernel(int64_t rows, int cols, const float* b, T* y) {
+  DDPV_GRID_STRIDE(idx, rows * cols) store(y, idx, load(y, idx) + b[idx % cols]);
 }
 // One block per 32 columns, 32 x 32 threads, rows summed in a fixed order: deterministic.
-__global__ void bias_grad_kernel(int64_t rows, int cols, const float* dy, float* db,
-                                 bool accumulate) {
+template <typename T>
+__global__ void bias_grad_kernel(int64_t rows, int cols, const T* dy, float* db, bool accumulate) {
   __shared__ float part[32][33];
   const int col = blockIdx.x * 32 + threadIdx.x;
   float sum = 0.0f;
   if (col < cols) {
-    for (int64_t r = threadIdx.y; r < rows; r += 32) sum += dy[r * cols + col];
+    for (int64_t r = threadIdx.y; r < rows; r += 32) sum += load(dy, r * cols + col);
   }
   part[threadIdx.y][threadIdx.x] = sum;
   __syncthreads();
@@ -170,16 +176,41 @@ __global__ void sgd_kernel(SgdArgs a, const int64_t* ranges, int num_ranges, int
 bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 // y = f(a, b) elementwise (Note [Vector elementwise]); b may be a (unary functors ignore it).
-template <class F>
-cudaError_t map(int64_t count, const float* a, const float* b, float* y, F f, cudaStream_t st) {
+template <typename T, class F>
+cudaError_t map_as(int64_t count, const void* av, const void* bv, void* yv, F f, cudaStream_t st) {
   if (count <= 0) return cudaSuccess;
+  const T* a = static_cast<const T*>(av);
+  const T* b = static_cast<const T*>(bv);
+  T* y = static_cast<T*>(yv);
   if (aligned(a, 16) && aligned(b, 16) && aligned(y, 16)) {
-    map4_kernel<<<blocks_for(count / 4), kThreads, 0, st>>>(
-        count, reinterpret_cast<const float4*>(a), reinterpret_cast<const float4*>(b),
-        reinterpret_cast<float4*>(y), f);
+    map16_kernel<<<blocks_for(count / (16 / sizeof(T))), kThreads, 0, st>>>(count, a, b, y, f);
   } else {
     map_kernel<<<blocks_for(count), kThreads, 0, st>>>(count, a, b, y, f);
   }
+  return cudaGetLastError();
+}
+template <class F>
+cudaError_t map(int64_t count, const void* a, const void* b, void* y, bool bf16, F f,
+                cudaStream_t st) {
+  return DDPV_BY_ELEMENT(bf16, map_as, count, a, b, y, f, st);
+}
+
+template <typename T>
+cudaError_t transpose_as(int64_t b, int64_t r, int64_t c, const void* x, void* y, cudaStream_t st) {
+  transpose_last2_kernel<<<blocks_for(b * r * c), kThreads, 0, st>>>(
+      b, r, c, static_cast<const T*>(x), static_cast<T*>(y));
+  return cudaGetLastError();
+}
+template <typename T>
+cudaError_t add_bias_as(int64_t rows, int cols, const float* b, void* y, cudaStream_t st) {
+  add_bias_kernel<<<blocks_for(rows * cols), kThreads, 0, st>>>(rows, cols, b, static_cast<T*>(y));
+  return cudaGetLastError();
+}
+template <typename T>
+cudaError_t bias_grad_as(int64_t rows, int cols, const void* dy, float* db, bool accumulate,
+                         cudaStream_t st) {
+  bias_grad_kernel<<<(cols + 31) / 32, dim3(32, 32), 0, st>>>(rows, cols, static_cast<const T*>(dy),
+                                                              db, accumulate);
   return cudaGetLastError();
 }
 
@@ -194,18 +225,19 @@ cudaError_t scale(int64_t count, float alpha, float* y, cudaStream_t st) {
   scale_kernel<<<blocks_for(count), kThreads, 0, st>>>(count, alpha, y);
   return cudaGetLastError();
 }
-cudaError_t add(int64_t count, const float* a, const float* b, float* y, cudaStream_t st) {
-  return map(count, a, b, y, Add{}, st);
+cudaError_t add(int64_t count, const void* a, const void* b, void* y, bool bf16, cudaStream_t st) {
+  return map(count, a, b, y, bf16, Add{}, st);
 }
-cudaError_t add_relu(int64_t count, const float* a, const float* b, float* y, cudaStream_t st) {
-  return map(count, a, b, y, AddRelu{}, st);
+cudaError_t add_relu(int64_t count, const void* a, const void* b, void* y, bool bf16,
+                     cudaStream_t st) {
+  return map(count, a, b, y, bf16, AddRelu{}, st);
 }
-cudaError_t relu_forward(int64_t count, const float* x, float* y, cudaStream_t st) {
-  return map(count, x, x, y, Relu{}, st);
+cudaError_t relu_forward(int64_t count, const void* x, void* y, bool bf16, cudaStream_t st) {
+  return map(count, x, x, y, bf16, Relu{}, st);
 }
-cudaError_t relu_backward(int64_t count, const float* y, const float* dy, float* dx,
+cudaError_t relu_backward(int64_t count, const void* y, const void* dy, void* dx, bool bf16,
                           cudaStream_t st) {
-  return map(count, y, dy, dx, ReluMask{}, st);
+  return map(count, y, dy, dx, bf16, ReluMask{}, st);
 }
 cudaError_t flag_nonfinite(int64_t count, const float* x, int* flag, cudaStream_t st) {
   nonfinite_kernel<<<blocks_for(count), kThreads, 0, st>>>(count, x, flag);
@@ -232,6 +264,16 @@ cudaError_t bf16_to_f32(int64_t count, const void* x, float* y, cudaStream_t st)
   }
   return cudaGetLastError();
 }
+cudaError_t convert(int64_t count, const void* x, bool x_bf16, void* y, bool y_bf16,
+                    cudaStream_t st) {
+  if (count <= 0) return cudaSuccess;
+  if (x_bf16 == y_bf16) {
+    return cudaMemcpyAsync(y, x, static_cast<size_t>(count) * (x_bf16 ? 2 : 4),
+                           cudaMemcpyDeviceToDevice, st);
+  }
+  return x_bf16 ? bf16_to_f32(count, x, static_cast<float*>(y), st)
+                : f32_to_bf16(count, static_cast<const float*>(x), y, st);
+}
 cudaError_t oihw_to_ohwi(int o, int i, int kk, const float* w, void* out, bool to_bf16,
                          cudaStream_t st) {
   const unsigned blocks = blocks_for(static_cast<int64_t>(o) * i * kk);
@@ -255,20 +297,17 @@ cudaError_t ohwi_to_oihw(int o, int i, int kk, const void* w, bool from_bf16, fl
   return cudaGetLastError();
 }
 
-cudaError_t transpose_last2(int64_t b, int64_t r, int64_t c, const float* x, float* y,
+cudaError_t transpose_last2(int64_t b, int64_t r, int64_t c, const void* x, void* y, bool bf16,
                             cudaStream_t st) {
-  transpose_last2_kernel<<<blocks_for(b * r * c), kThreads, 0, st>>>(b, r, c, x, y);
-  return cudaGetLastError();
+  return bf16 ? transpose_as<uint16_t>(b, r, c, x, y, st) : transpose_as<float>(b, r, c, x, y, st);
 }
 
-cudaError_t add_bias(int64_t rows, int cols, const float* b, float* y, cudaStream_t st) {
-  add_bias_kernel<<<blocks_for(rows * cols), kThreads, 0, st>>>(rows, cols, b, y);
-  return cudaGetLastError();
+cudaError_t add_bias(int64_t rows, int cols, const float* b, void* y, bool bf16, cudaStream_t st) {
+  return DDPV_BY_ELEMENT(bf16, add_bias_as, rows, cols, b, y, st);
 }
-cudaError_t bias_grad(int64_t rows, int cols, const float* dy, float* db, bool accumulate,
+cudaError_t bias_grad(int64_t rows, int cols, const void* dy, bool bf16, float* db, bool accumulate,
                       cudaStream_t st) {
-  bias_grad_kernel<<<(cols + 31) / 32, dim3(32, 32), 0, st>>>(rows, cols, dy, db, accumulate);
-  return cudaGetLastError();
+  return DDPV_BY_ELEMENT(bf16, bias_grad_as, rows, cols, dy, db, accumulate, st);
 }
 
 cudaError_t sgd_update(const SgdArgs& a, const int64_t* decay_ranges, int num_ranges, int64_t count,

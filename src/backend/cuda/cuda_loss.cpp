@@ -1,23 +1,23 @@
 // Fused softmax + cross-entropy on the GPU: forward keeps the probabilities and returns the
 // batch's loss sum and correct count on the host; backward writes (softmax - onehot) * scale.
+// Logits and their gradient are f32 or bf16; the probabilities and the sums are f32.
 #include <memory>
 
 #include "backend/cuda/cuda_context.hpp"
 #include "backend/cuda/cuda_kernels.hpp"
 #include "backend/cuda/cuda_ops.hpp"
-#include "backend/f32_ops.hpp"
 
 namespace ddpv::cuda {
 namespace {
 
-class CudaSoftmaxCrossEntropy final : public F32SoftmaxCrossEntropyOp {
+class CudaSoftmaxCrossEntropy final : public SoftmaxCrossEntropyOp {
  public:
   CudaSoftmaxCrossEntropy(std::shared_ptr<CudaContext> ctx, int classes)
       : ctx_(std::move(ctx)), classes_(classes), accum_(sizeof(LossAccum)) {
     DDPV_CHECK(classes > 0, "softmax_cross_entropy: classes must be positive, got ", classes);
   }
 
-  LossResult forward_f32(int n, const float* logits, const int32_t* labels) override {
+  LossResult forward(int n, ConstAct logits, const int32_t* labels) override {
     DDPV_CHECK(n > 0, "softmax_cross_entropy: batch size must be positive, got ", n);
     if (n > capacity_) {
       probs_ = DeviceMemory(sizeof(float) * static_cast<size_t>(n) * classes_);
@@ -27,8 +27,9 @@ class CudaSoftmaxCrossEntropy final : public F32SoftmaxCrossEntropyOp {
     float* row_loss = rows_.as<float>();
     int32_t* row_tag = reinterpret_cast<int32_t*>(row_loss + capacity_);
     const cudaStream_t st = ctx_->stream();
-    DDPV_CUDA_CHECK(softmax_xent_forward(n, classes_, logits, labels, probs_.as<float>(), row_loss,
-                                         row_tag, accum_.as<LossAccum>(), st));
+    DDPV_CUDA_CHECK(softmax_xent_forward(n, classes_, logits.data, logits.is_bf16(), labels,
+                                         probs_.as<float>(), row_loss, row_tag,
+                                         accum_.as<LossAccum>(), st));
     LossAccum host{};
     DDPV_CUDA_CHECK(cudaMemcpyAsync(&host, accum_.get(), sizeof host, cudaMemcpyDeviceToHost, st));
     ctx_->synchronize();
@@ -41,11 +42,11 @@ class CudaSoftmaxCrossEntropy final : public F32SoftmaxCrossEntropyOp {
     return LossResult{host.loss_sum, static_cast<int64_t>(host.correct)};
   }
 
-  void backward_f32(int n, const int32_t* labels, float* dlogits, float scale) override {
+  void backward(int n, const int32_t* labels, MutAct dlogits, float scale) override {
     DDPV_CHECK(n == last_n_, "softmax_cross_entropy: backward of batch ", n,
                " does not follow a forward of that batch (last was ", last_n_, ")");
-    DDPV_CUDA_CHECK(softmax_xent_backward(n, classes_, probs_.as<float>(), labels, scale, dlogits,
-                                          ctx_->stream()));
+    DDPV_CUDA_CHECK(softmax_xent_backward(n, classes_, probs_.as<float>(), labels, scale,
+                                          dlogits.data, dlogits.is_bf16(), ctx_->stream()));
   }
 
  private:

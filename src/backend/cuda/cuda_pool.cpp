@@ -1,11 +1,11 @@
 // Pooling on the GPU, NHWC: max (with its arg-max kept for backward), average including padding,
-// and global average; forward and backward side by side, on the backend's own kernels.
+// and global average; forward and backward side by side, on the backend's own kernels, over f32
+// or bf16 activations.
 #include <memory>
 
 #include "backend/cuda/cuda_context.hpp"
 #include "backend/cuda/cuda_kernels.hpp"
 #include "backend/cuda/cuda_ops.hpp"
-#include "backend/f32_ops.hpp"
 
 namespace ddpv::cuda {
 namespace {
@@ -15,7 +15,9 @@ namespace {
 // copies of both. Max pooling instead keeps one int32 arg-max per output, and backward gathers
 // over the windows that cover each input, which needs no atomics and is deterministic. The
 // kernels are memory-bound loops of a few lines; ResNet has one max pool and one global pool.
-class CudaPool2d final : public F32Pool2dOp {
+// The output's dtype is the one computed in; an input in another (the model's f32 input) is
+// converted first (Note [Casts at the edges]).
+class CudaPool2d final : public Pool2dOp {
  public:
   CudaPool2d(std::shared_ptr<CudaContext> ctx, const Pool2dConfig& cfg)
       : ctx_(std::move(ctx)), cfg_(cfg) {
@@ -29,41 +31,49 @@ class CudaPool2d final : public F32Pool2dOp {
                " input; padding may be at most half the kernel");
   }
 
-  void forward_f32(int n, const float* x, float* y) override {
+  void forward(int n, ConstAct xa, MutAct y) override {
     DDPV_CHECK(n > 0, "pool2d: batch size must be positive, got ", n);
     const cudaStream_t st = ctx_->stream();
     const PoolShape s = shape(n);
+    const int64_t xn = int64_t{n} * s.h * s.w * s.c;
+    ScratchCarver sc(ctx_->scratch(staged_bytes(xa.data, xa.dtype, y.dtype, xn)));
+    const void* x = staged_input(xa, y.dtype, xn, sc, st);
+    const bool bf16 = y.is_bf16();
     switch (cfg_.kind) {
       case PoolKind::kMax: {
         const size_t bytes = sizeof(int32_t) * static_cast<size_t>(n) * s.oh * s.ow * s.c;
         if (argmax_.size() < bytes) argmax_ = DeviceMemory(bytes);
-        DDPV_CUDA_CHECK(max_pool_forward(s, x, y, argmax_.as<int32_t>(), st));
+        DDPV_CUDA_CHECK(max_pool_forward(s, x, y.data, argmax_.as<int32_t>(), bf16, st));
         break;
       }
       case PoolKind::kAvg:
-        DDPV_CUDA_CHECK(avg_pool_forward(s, x, y, st));
+        DDPV_CUDA_CHECK(avg_pool_forward(s, x, y.data, bf16, st));
         break;
       case PoolKind::kGlobalAvg:
-        DDPV_CUDA_CHECK(global_avg_forward(n, s.h * s.w, s.c, x, y, st));
+        DDPV_CUDA_CHECK(global_avg_forward(n, s.h * s.w, s.c, x, y.data, bf16, st));
         break;
     }
     last_n_ = n;
   }
 
-  void backward_f32(int n, const float* dy, float* dx) override {
+  void backward(int n, ConstAct dya, MutAct dx) override {
     const cudaStream_t st = ctx_->stream();
     const PoolShape s = shape(n);
+    const int64_t yn = int64_t{n} * s.oh * s.ow * s.c;
+    ScratchCarver sc(ctx_->scratch(staged_bytes(dya.data, dya.dtype, dx.dtype, yn)));
+    const void* dy = staged_input(dya, dx.dtype, yn, sc, st);
+    const bool bf16 = dx.is_bf16();
     switch (cfg_.kind) {
       case PoolKind::kMax:
         DDPV_CHECK(n == last_n_, "pool2d: backward of batch ", n,
                    " does not follow a forward of that batch (last was ", last_n_, ")");
-        DDPV_CUDA_CHECK(max_pool_backward(s, dy, argmax_.as<int32_t>(), dx, st));
+        DDPV_CUDA_CHECK(max_pool_backward(s, dy, argmax_.as<int32_t>(), dx.data, bf16, st));
         break;
       case PoolKind::kAvg:
-        DDPV_CUDA_CHECK(avg_pool_backward(s, dy, dx, st));
+        DDPV_CUDA_CHECK(avg_pool_backward(s, dy, dx.data, bf16, st));
         break;
       case PoolKind::kGlobalAvg:
-        DDPV_CUDA_CHECK(global_avg_backward(n, s.h * s.w, s.c, dy, dx, st));
+        DDPV_CUDA_CHECK(global_avg_backward(n, s.h * s.w, s.c, dy, dx.data, bf16, st));
         break;
     }
   }

@@ -1,5 +1,6 @@
 // The CUDA backend's own kernels for pooling (max, average, global average; NHWC) and for the
-// fused softmax + cross-entropy. Launchers are declared in cuda_kernels.hpp.
+// fused softmax + cross-entropy. Launchers are declared in cuda_kernels.hpp. Activations are
+// f32 or bf16 (the kernels' element type T), read into f32 and rounded once on the store.
 #include <cstdint>
 
 #include "backend/cuda/cuda_kernel_util.cuh"
@@ -30,7 +31,8 @@ __device__ void covering(int i, int pad, int k, int stride, int out, int* lo, in
   *hi = last < out - 1 ? last : out - 1;
 }
 
-__global__ void max_pool_forward_kernel(PoolShape s, const float* x, float* y, int32_t* arg) {
+template <typename T>
+__global__ void max_pool_forward_kernel(PoolShape s, const T* x, T* y, int32_t* arg) {
   const int64_t total = static_cast<int64_t>(s.n) * s.oh * s.ow * s.c;
   DDPV_GRID_STRIDE(idx, total) {
     const PoolIndex o = split_nhwc(idx, s.oh, s.ow, s.c);
@@ -44,20 +46,20 @@ __global__ void max_pool_forward_kernel(PoolShape s, const float* x, float* y, i
       for (int kw = 0; kw < s.kernel; ++kw) {
         const int iw = w0 + kw;
         if (iw < 0 || iw >= s.w) continue;
-        const float v = x[((o.n * s.h + ih) * s.w + iw) * s.c + o.c];
+        const float v = load(x, ((o.n * s.h + ih) * s.w + iw) * s.c + o.c);
         if (best_at < 0 || v > best || (v != v && best == best)) {
           best = v;
           best_at = ih * s.w + iw;
         }
       }
     }
-    y[idx] = best;
+    store(y, idx, best);
     arg[idx] = best_at;
   }
 }
 // Gathers over the windows that cover each input: no atomics, so the result is deterministic.
-__global__ void max_pool_backward_kernel(PoolShape s, const float* dy, const int32_t* arg,
-                                         float* dx) {
+template <typename T>
+__global__ void max_pool_backward_kernel(PoolShape s, const T* dy, const int32_t* arg, T* dx) {
   const int64_t total = static_cast<int64_t>(s.n) * s.h * s.w * s.c;
   DDPV_GRID_STRIDE(idx, total) {
     const PoolIndex in = split_nhwc(idx, s.h, s.w, s.c);
@@ -69,13 +71,14 @@ __global__ void max_pool_backward_kernel(PoolShape s, const float* dy, const int
     for (int oh = oh_lo; oh <= oh_hi; ++oh) {
       for (int ow = ow_lo; ow <= ow_hi; ++ow) {
         const int64_t o = ((in.n * s.oh + oh) * s.ow + ow) * s.c + in.c;
-        if (arg[o] == me) sum += dy[o];
+        if (arg[o] == me) sum += load(dy, o);
       }
     }
-    dx[idx] = sum;
+    store(dx, idx, sum);
   }
 }
-__global__ void avg_pool_forward_kernel(PoolShape s, const float* x, float* y) {
+template <typename T>
+__global__ void avg_pool_forward_kernel(PoolShape s, const T* x, T* y) {
   const int64_t total = static_cast<int64_t>(s.n) * s.oh * s.ow * s.c;
   const float inv = 1.0f / static_cast<float>(s.kernel * s.kernel);
   DDPV_GRID_STRIDE(idx, total) {
@@ -88,13 +91,14 @@ __global__ void avg_pool_forward_kernel(PoolShape s, const float* x, float* y) {
       if (ih < 0 || ih >= s.h) continue;
       for (int kw = 0; kw < s.kernel; ++kw) {
         const int iw = w0 + kw;
-        if (iw >= 0 && iw < s.w) sum += x[((o.n * s.h + ih) * s.w + iw) * s.c + o.c];
+        if (iw >= 0 && iw < s.w) sum += load(x, ((o.n * s.h + ih) * s.w + iw) * s.c + o.c);
       }
     }
-    y[idx] = sum * inv;
+    store(y, idx, sum * inv);
   }
 }
-__global__ void avg_pool_backward_kernel(PoolShape s, const float* dy, float* dx) {
+template <typename T>
+__global__ void avg_pool_backward_kernel(PoolShape s, const T* dy, T* dx) {
   const int64_t total = static_cast<int64_t>(s.n) * s.h * s.w * s.c;
   const float inv = 1.0f / static_cast<float>(s.kernel * s.kernel);
   DDPV_GRID_STRIDE(idx, total) {
@@ -105,40 +109,44 @@ __global__ void avg_pool_backward_kernel(PoolShape s, const float* dy, float* dx
     float sum = 0.0f;
     for (int oh = oh_lo; oh <= oh_hi; ++oh) {
       for (int ow = ow_lo; ow <= ow_hi; ++ow)
-        sum += dy[((in.n * s.oh + oh) * s.ow + ow) * s.c + in.c];
+        sum += load(dy, ((in.n * s.oh + oh) * s.ow + ow) * s.c + in.c);
     }
-    dx[idx] = sum * inv;
+    store(dx, idx, sum * inv);
   }
 }
-__global__ void global_avg_forward_kernel(int n, int hw, int c, const float* x, float* y) {
+template <typename T>
+__global__ void global_avg_forward_kernel(int n, int hw, int c, const T* x, T* y) {
   DDPV_GRID_STRIDE(idx, static_cast<int64_t>(n) * c) {
     const int64_t b = idx / c, ch = idx % c;
     float sum = 0.0f;
-    for (int p = 0; p < hw; ++p) sum += x[(b * hw + p) * c + ch];
-    y[idx] = sum / static_cast<float>(hw);
+    for (int p = 0; p < hw; ++p) sum += load(x, (b * hw + p) * c + ch);
+    store(y, idx, sum / static_cast<float>(hw));
   }
 }
-__global__ void global_avg_backward_kernel(int n, int hw, int c, const float* dy, float* dx) {
+template <typename T>
+__global__ void global_avg_backward_kernel(int n, int hw, int c, const T* dy, T* dx) {
   DDPV_GRID_STRIDE(idx, static_cast<int64_t>(n) * hw * c) {
     const int64_t ch = idx % c, b = idx / (static_cast<int64_t>(hw) * c);
-    dx[idx] = dy[b * c + ch] / static_cast<float>(hw);
+    store(dx, idx, load(dy, b * c + ch) / static_cast<float>(hw));
   }
 }
 
 // ---- softmax + cross-entropy ----------------------------------------------------------------
 // One block per sample. The arg-max keeps the first index among equal maxima.
-__global__ void softmax_xent_kernel(int k, const float* logits, const int32_t* labels, float* probs,
+template <typename T>
+__global__ void softmax_xent_kernel(int k, const T* logits, const int32_t* labels, float* probs,
                                     float* row_loss, int32_t* row_tag) {
   __shared__ float s_val[kThreads];
   __shared__ int s_idx[kThreads];
   const int64_t row = blockIdx.x;
-  const float* z = logits + row * k;
+  const T* z = logits + row * k;
   float* p = probs + row * k;
   float best = -INFINITY;
   int best_at = k;
   for (int j = threadIdx.x; j < k; j += blockDim.x) {
-    if (z[j] > best || best_at == k) {
-      best = z[j];
+    const float v = load(z, j);
+    if (v > best || best_at == k) {
+      best = v;
       best_at = j;
     }
   }
@@ -161,7 +169,7 @@ __global__ void softmax_xent_kernel(int k, const float* logits, const int32_t* l
   const int argmax = s_idx[0];
   __syncthreads();
   float sum = 0.0f;
-  for (int j = threadIdx.x; j < k; j += blockDim.x) sum += expf(z[j] - zmax);
+  for (int j = threadIdx.x; j < k; j += blockDim.x) sum += expf(load(z, j) - zmax);
   s_val[threadIdx.x] = sum;
   __syncthreads();
   for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
@@ -170,14 +178,14 @@ __global__ void softmax_xent_kernel(int k, const float* logits, const int32_t* l
   }
   const float total = s_val[0];
   const float inv = 1.0f / total;
-  for (int j = threadIdx.x; j < k; j += blockDim.x) p[j] = expf(z[j] - zmax) * inv;
+  for (int j = threadIdx.x; j < k; j += blockDim.x) p[j] = expf(load(z, j) - zmax) * inv;
   if (threadIdx.x == 0) {
     const int32_t label = labels[row];
     if (label < 0 || label >= k) {
       row_loss[row] = 0.0f;
       row_tag[row] = -1;
     } else {
-      row_loss[row] = logf(total) - (z[label] - zmax);
+      row_loss[row] = logf(total) - (load(z, label) - zmax);
       row_tag[row] = argmax == label ? 1 : 0;
     }
   }
@@ -223,65 +231,115 @@ __global__ void loss_reduce_kernel(int n, const int32_t* labels, const float* ro
     accum->first_bad_label = s_first[0] < n ? labels[s_first[0]] : 0;
   }
 }
+template <typename T>
 __global__ void softmax_xent_backward_kernel(int n, int k, const float* probs,
-                                             const int32_t* labels, float scale, float* d) {
+                                             const int32_t* labels, float scale, T* d) {
   DDPV_GRID_STRIDE(idx, static_cast<int64_t>(n) * k) {
     const int64_t row = idx / k;
     const int j = static_cast<int>(idx % k);
-    d[idx] = (probs[idx] - (labels[row] == j ? 1.0f : 0.0f)) * scale;
+    store(d, idx, (probs[idx] - (labels[row] == j ? 1.0f : 0.0f)) * scale);
   }
+}
+
+template <typename T>
+cudaError_t max_pool_forward_as(const PoolShape& s, const void* x, void* y, int32_t* argmax,
+                                cudaStream_t st) {
+  const int64_t total = static_cast<int64_t>(s.n) * s.oh * s.ow * s.c;
+  max_pool_forward_kernel<<<blocks_for(total), kThreads, 0, st>>>(s, static_cast<const T*>(x),
+                                                                  static_cast<T*>(y), argmax);
+  return cudaGetLastError();
+}
+template <typename T>
+cudaError_t max_pool_backward_as(const PoolShape& s, const void* dy, const int32_t* argmax,
+                                 void* dx, cudaStream_t st) {
+  const int64_t total = static_cast<int64_t>(s.n) * s.h * s.w * s.c;
+  max_pool_backward_kernel<<<blocks_for(total), kThreads, 0, st>>>(s, static_cast<const T*>(dy),
+                                                                   argmax, static_cast<T*>(dx));
+  return cudaGetLastError();
+}
+template <typename T>
+cudaError_t avg_pool_forward_as(const PoolShape& s, const void* x, void* y, cudaStream_t st) {
+  const int64_t total = static_cast<int64_t>(s.n) * s.oh * s.ow * s.c;
+  avg_pool_forward_kernel<<<blocks_for(total), kThreads, 0, st>>>(s, static_cast<const T*>(x),
+                                                                  static_cast<T*>(y));
+  return cudaGetLastError();
+}
+template <typename T>
+cudaError_t avg_pool_backward_as(const PoolShape& s, const void* dy, void* dx, cudaStream_t st) {
+  const int64_t total = static_cast<int64_t>(s.n) * s.h * s.w * s.c;
+  avg_pool_backward_kernel<<<blocks_for(total), kThreads, 0, st>>>(s, static_cast<const T*>(dy),
+                                                                   static_cast<T*>(dx));
+  return cudaGetLastError();
+}
+template <typename T>
+cudaError_t global_avg_forward_as(int n, int hw, int c, const void* x, void* y, cudaStream_t st) {
+  global_avg_forward_kernel<<<blocks_for(static_cast<int64_t>(n) * c), kThreads, 0, st>>>(
+      n, hw, c, static_cast<const T*>(x), static_cast<T*>(y));
+  return cudaGetLastError();
+}
+template <typename T>
+cudaError_t global_avg_backward_as(int n, int hw, int c, const void* dy, void* dx,
+                                   cudaStream_t st) {
+  global_avg_backward_kernel<<<blocks_for(static_cast<int64_t>(n) * hw * c), kThreads, 0, st>>>(
+      n, hw, c, static_cast<const T*>(dy), static_cast<T*>(dx));
+  return cudaGetLastError();
+}
+template <typename T>
+cudaError_t softmax_xent_forward_as(int n, int k, const void* logits, const int32_t* labels,
+                                    float* probs, float* row_loss, int32_t* row_tag,
+                                    LossAccum* accum, cudaStream_t st) {
+  if (n > 0) {
+    softmax_xent_kernel<<<n, kThreads, 0, st>>>(k, static_cast<const T*>(logits), labels, probs,
+                                                row_loss, row_tag);
+  }
+  loss_reduce_kernel<<<1, kThreads, 0, st>>>(n, labels, row_loss, row_tag, accum);
+  return cudaGetLastError();
+}
+template <typename T>
+cudaError_t softmax_xent_backward_as(int n, int k, const float* probs, const int32_t* labels,
+                                     float scale, void* dlogits, cudaStream_t st) {
+  softmax_xent_backward_kernel<<<blocks_for(static_cast<int64_t>(n) * k), kThreads, 0, st>>>(
+      n, k, probs, labels, scale, static_cast<T*>(dlogits));
+  return cudaGetLastError();
 }
 
 }  // namespace
 
 // ---- launchers ------------------------------------------------------------------------------
-cudaError_t max_pool_forward(const PoolShape& s, const float* x, float* y, int32_t* argmax,
+cudaError_t max_pool_forward(const PoolShape& s, const void* x, void* y, int32_t* argmax, bool bf16,
                              cudaStream_t st) {
-  const int64_t total = static_cast<int64_t>(s.n) * s.oh * s.ow * s.c;
-  max_pool_forward_kernel<<<blocks_for(total), kThreads, 0, st>>>(s, x, y, argmax);
-  return cudaGetLastError();
+  return DDPV_BY_ELEMENT(bf16, max_pool_forward_as, s, x, y, argmax, st);
 }
-cudaError_t max_pool_backward(const PoolShape& s, const float* dy, const int32_t* argmax, float* dx,
+cudaError_t max_pool_backward(const PoolShape& s, const void* dy, const int32_t* argmax, void* dx,
+                              bool bf16, cudaStream_t st) {
+  return DDPV_BY_ELEMENT(bf16, max_pool_backward_as, s, dy, argmax, dx, st);
+}
+cudaError_t avg_pool_forward(const PoolShape& s, const void* x, void* y, bool bf16,
+                             cudaStream_t st) {
+  return DDPV_BY_ELEMENT(bf16, avg_pool_forward_as, s, x, y, st);
+}
+cudaError_t avg_pool_backward(const PoolShape& s, const void* dy, void* dx, bool bf16,
                               cudaStream_t st) {
-  const int64_t total = static_cast<int64_t>(s.n) * s.h * s.w * s.c;
-  max_pool_backward_kernel<<<blocks_for(total), kThreads, 0, st>>>(s, dy, argmax, dx);
-  return cudaGetLastError();
+  return DDPV_BY_ELEMENT(bf16, avg_pool_backward_as, s, dy, dx, st);
 }
-cudaError_t avg_pool_forward(const PoolShape& s, const float* x, float* y, cudaStream_t st) {
-  const int64_t total = static_cast<int64_t>(s.n) * s.oh * s.ow * s.c;
-  avg_pool_forward_kernel<<<blocks_for(total), kThreads, 0, st>>>(s, x, y);
-  return cudaGetLastError();
+cudaError_t global_avg_forward(int n, int hw, int c, const void* x, void* y, bool bf16,
+                               cudaStream_t st) {
+  return DDPV_BY_ELEMENT(bf16, global_avg_forward_as, n, hw, c, x, y, st);
 }
-cudaError_t avg_pool_backward(const PoolShape& s, const float* dy, float* dx, cudaStream_t st) {
-  const int64_t total = static_cast<int64_t>(s.n) * s.h * s.w * s.c;
-  avg_pool_backward_kernel<<<blocks_for(total), kThreads, 0, st>>>(s, dy, dx);
-  return cudaGetLastError();
-}
-cudaError_t global_avg_forward(int n, int hw, int c, const float* x, float* y, cudaStream_t st) {
-  global_avg_forward_kernel<<<blocks_for(static_cast<int64_t>(n) * c), kThreads, 0, st>>>(n, hw, c,
-                                                                                          x, y);
-  return cudaGetLastError();
-}
-cudaError_t global_avg_backward(int n, int hw, int c, const float* dy, float* dx, cudaStream_t st) {
-  global_avg_backward_kernel<<<blocks_for(static_cast<int64_t>(n) * hw * c), kThreads, 0, st>>>(
-      n, hw, c, dy, dx);
-  return cudaGetLastError();
+cudaError_t global_avg_backward(int n, int hw, int c, const void* dy, void* dx, bool bf16,
+                                cudaStream_t st) {
+  return DDPV_BY_ELEMENT(bf16, global_avg_backward_as, n, hw, c, dy, dx, st);
 }
 
-cudaError_t softmax_xent_forward(int n, int k, const float* logits, const int32_t* labels,
-                                 float* probs, float* row_loss, int32_t* row_tag, LossAccum* accum,
-                                 cudaStream_t st) {
-  if (n > 0) {
-    softmax_xent_kernel<<<n, kThreads, 0, st>>>(k, logits, labels, probs, row_loss, row_tag);
-  }
-  loss_reduce_kernel<<<1, kThreads, 0, st>>>(n, labels, row_loss, row_tag, accum);
-  return cudaGetLastError();
+cudaError_t softmax_xent_forward(int n, int k, const void* logits, bool logits_bf16,
+                                 const int32_t* labels, float* probs, float* row_loss,
+                                 int32_t* row_tag, LossAccum* accum, cudaStream_t st) {
+  return DDPV_BY_ELEMENT(logits_bf16, softmax_xent_forward_as, n, k, logits, labels, probs,
+                         row_loss, row_tag, accum, st);
 }
 cudaError_t softmax_xent_backward(int n, int k, const float* probs, const int32_t* labels,
-                                  float scale, float* dlogits, cudaStream_t st) {
-  softmax_xent_backward_kernel<<<blocks_for(static_cast<int64_t>(n) * k), kThreads, 0, st>>>(
-      n, k, probs, labels, scale, dlogits);
-  return cudaGetLastError();
+                                  float scale, void* dlogits, bool bf16, cudaStream_t st) {
+  return DDPV_BY_ELEMENT(bf16, softmax_xent_backward_as, n, k, probs, labels, scale, dlogits, st);
 }
 
 }  // namespace ddpv::cuda
