@@ -69,4 +69,21 @@ class F32SoftmaxCrossEntropyOp : public SoftmaxCrossEntropyOp {
   virtual void backward_f32(int n, const int32_t* labels, float* dlogits, float scale) = 0;
 };
 
+class F32FusedBlockOp : public FusedBlockOp {
+ public:
+  void forward(int n, bool training, ConstAct x, const FusedBlockParams& p, ConstAct residual,
+               float* saved, MutAct y) final {
+    forward_f32(n, training, x.f32(), p, residual.f32(), saved, y.f32());
+  }
+  void backward(int n, ConstAct x, const FusedBlockParams& p, const float* saved, ConstAct y,
+                ConstAct dy, float* scratch, MutAct dx, bool accumulate) final {
+    backward_f32(n, x.f32(), p, saved, y.f32(), dy.f32(), scratch, dx.f32(), accumulate);
+  }
+  virtual void forward_f32(int n, bool training, const float* x, const FusedBlockParams& p,
+                           const float* residual, float* saved, float* y) = 0;
+  virtual void backward_f32(int n, const float* x, const FusedBlockParams& p, const float* saved,
+                            const float* y, const float* dy, float* scratch, float* dx,
+                            bool accumulate) = 0;
+};
+
 }  // namespace ddpv

@@ -190,9 +190,9 @@ const Tensor& Sequence::run_forward(const Tensor& x, bool training, const Tensor
       if (saved > 0) ensure_tensor(f.saved, Shape{n * saved}, *backend_, DType::kF32);
       layers_[i]->check_input(*in);
       ProfileScope timed(backend_, layers_[i]->name(), f.kind, ProfilePhase::kForward);
-      f.op->forward(static_cast<int>(n), training, in->data<float>(), f.params(),
-                    f.residual ? other->data<float>() : nullptr,
-                    saved > 0 ? f.saved.data<float>() : nullptr, out.data<float>());
+      f.op->forward(static_cast<int>(n), training, cact(*in), f.params(),
+                    f.residual ? cact(*other) : ConstAct(),
+                    saved > 0 ? f.saved.data<float>() : nullptr, mact(out));
       in = &out;
       i = f.last;
       continue;
@@ -239,11 +239,10 @@ void Sequence::backward(const Tensor& x, const Tensor& dy, Tensor* dx, bool accu
       {
         ProfileScope timed(backend_, layers_[first]->name(), f.kind, ProfilePhase::kBackward);
         const bool saved = f.op->saved_per_sample() > 0;
-        f.op->backward(static_cast<int>(n), in.data<float>(), f.params(),
-                       saved ? f.saved.data<float>() : nullptr, acts_[f.last].data<float>(),
-                       upstream.data<float>(),
+        f.op->backward(static_cast<int>(n), cact(in), f.params(),
+                       saved ? f.saved.data<float>() : nullptr, cact(acts_[f.last]), cact(upstream),
                        scratch.per_sample > 0 ? scratch.t.data<float>() : nullptr,
-                       down ? down->data<float>() : nullptr, accumulate);
+                       down ? mact(*down) : MutAct(), accumulate);
       }
       // In the order the layers report them one by one: the BatchNorm's, then the convolution's.
       if (ready) {

@@ -105,6 +105,11 @@ TEST_F(OneDnnBf16OpTest, TheBackendAndItsOpsSayTheyRunOnOneDnn) {
   auto op = be_->conv2d(Conv2dConfig{.in_channels = 8, .out_channels = 8, .in_h = 4, .in_w = 4});
   EXPECT_NE(op->algorithm().find("bf16 on oneDNN"), std::string::npos) << op->algorithm();
   EXPECT_EQ(be_->caveat(), "") << "every op is oneDNN's: nothing to warn of";
+  // The fused blocks compose the f32 ops: declined here, every layer on oneDNN's bf16 one.
+  FusedBlockConfig fb;
+  fb.conv = Conv2dConfig{.in_channels = 8, .out_channels = 8, .in_h = 6, .in_w = 6, .padding = 1};
+  fb.relu = true;
+  EXPECT_EQ(be_->fused_block(fb), nullptr);
 }
 
 struct ConvCase {

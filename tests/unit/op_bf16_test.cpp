@@ -48,12 +48,154 @@ TEST_F(Bf16OpTest, TheBackendSaysItsActivationsAreBf16) {
   EXPECT_EQ(f32_->activation_dtype(), DType::kF32);
   EXPECT_EQ(bf16_->activation_dtype(), DType::kBF16);
   EXPECT_NE(bf16_->name().find("bf16 activations, f32 math"), std::string::npos) << bf16_->name();
-  // Fused blocks take f32 activations: declined under bf16, every layer on its own.
+  // The fallback runs fused blocks too (the f32 block inside one adapter); fusion off, none.
   FusedBlockConfig fb;
   fb.conv = Conv2dConfig{.in_channels = 8, .out_channels = 8, .in_h = 6, .in_w = 6, .padding = 1};
   fb.relu = true;
   EXPECT_NE(f32_->fused_block(fb), nullptr);
-  EXPECT_EQ(bf16_->fused_block(fb), nullptr);
+  const auto op = bf16_->fused_block(fb);
+  ASSERT_NE(op, nullptr);
+  EXPECT_NE(op->describe_conv().find("bf16 stored, f32 math"), std::string::npos)
+      << op->describe_conv();
+  EXPECT_EQ(make_backend(BackendOptions{.threads = 1,
+                                        .precision = Precision::kBF16,
+                                        .fuse_layers = false,
+                                        .cpu_bf16 = CpuBf16::kFallback})
+                ->fused_block(fb),
+            nullptr);
+}
+
+// A fused block under the fallback computes what the f32 block computes on the same values:
+// its activation outputs (y, dx) that result rounded once, its f32 outputs (the parameter
+// gradients, the running statistics) bit for bit. The f32 block is held to the plain ops one
+// by one in op_fused_block_test.
+TEST_F(Bf16OpTest, FusedBlockIsTheF32BlockRoundedOnce) {
+  const int block = bf16_->activation_block();
+  struct Case {
+    FusedBlockConfig cfg;
+    const char* name;
+  };
+  auto conv = [](int cin, int cout, int hw, int k, int layout) {
+    return Conv2dConfig{.in_channels = cin,
+                        .out_channels = cout,
+                        .in_h = hw,
+                        .in_w = hw,
+                        .kernel = k,
+                        .padding = k / 2,
+                        .in_block = layout,
+                        .out_block = layout};
+  };
+  std::vector<Case> cases;
+  for (int layout : {0, block}) {
+    Case bn_relu{FusedBlockConfig{}, "conv + bn + relu"};
+    bn_relu.cfg.conv = conv(8, 16, 8, 3, layout);
+    bn_relu.cfg.batch_norm = true;
+    bn_relu.cfg.relu = true;
+    bn_relu.cfg.bn = BatchNormConfig{.channels = 16, .h = 8, .w = 8, .block = layout};
+    cases.push_back(bn_relu);
+    Case residual = bn_relu;
+    residual.cfg.add_residual = true;
+    residual.name = "conv + bn + shortcut + relu";
+    cases.push_back(residual);
+    Case pooled = bn_relu;
+    pooled.cfg.max_pool = true;
+    pooled.cfg.pool = Pool2dConfig{.kind = PoolKind::kMax,
+                                   .channels = 16,
+                                   .in_h = 8,
+                                   .in_w = 8,
+                                   .kernel = 2,
+                                   .stride = 2,
+                                   .block = layout};
+    pooled.name = "conv + bn + relu + maxpool";
+    cases.push_back(pooled);
+  }
+  Case lenet{FusedBlockConfig{}, "lenet conv1 + pool"};
+  lenet.cfg.conv = conv(1, 6, 12, 5, 0);
+  lenet.cfg.relu = lenet.cfg.max_pool = true;
+  lenet.cfg.conv.bias = true;
+  lenet.cfg.pool = Pool2dConfig{
+      .kind = PoolKind::kMax, .channels = 6, .in_h = 12, .in_w = 12, .kernel = 2, .stride = 2};
+  cases.push_back(lenet);
+  const int n = 3;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.name) + ", block " + std::to_string(c.cfg.conv.out_block));
+    const FusedBlockConfig& f = c.cfg;
+    const int64_t nx = int64_t{n} * f.conv.in_h * f.conv.in_w * f.conv.in_channels;
+    const int64_t ny = f.max_pool
+                           ? int64_t{n} * f.pool.out_h() * f.pool.out_w() * f.pool.channels
+                           : int64_t{n} * f.conv.out_h() * f.conv.out_w() * f.conv.out_channels;
+    const size_t nw =
+        size_t(f.conv.out_channels) * f.conv.in_channels * f.conv.kernel * f.conv.kernel;
+    const size_t ch = size_t(f.conv.out_channels);
+    const std::vector<float> x = bf16_values(size_t(nx), 1), res = bf16_values(size_t(ny), 2),
+                             dy = bf16_values(size_t(ny), 3);
+    const std::vector<float> w = test::random_vector(nw, 4, -0.3f, 0.3f),
+                             b = test::random_vector(ch, 5),
+                             gamma = test::random_vector(ch, 6, 0.5f, 1.5f),
+                             beta = test::random_vector(ch, 7);
+    struct Out {
+      std::vector<float> y_eval, y, dx, dw, db, dgamma, dbeta, mean, var;
+    };
+    auto run = [&](Backend& be, bool bf16) {
+      Out o;
+      o.dw.resize(nw);
+      o.db.resize(ch);
+      o.dgamma.resize(ch);
+      o.dbeta.resize(ch);
+      o.mean.assign(ch, 0.0f);
+      o.var.assign(ch, 1.0f);
+      FusedBlockParams p{.w = w.data(),
+                         .b = f.conv.bias ? b.data() : nullptr,
+                         .gamma = f.batch_norm ? gamma.data() : nullptr,
+                         .beta = f.batch_norm ? beta.data() : nullptr,
+                         .running_mean = f.batch_norm ? o.mean.data() : nullptr,
+                         .running_var = f.batch_norm ? o.var.data() : nullptr,
+                         .dw = o.dw.data(),
+                         .db = f.conv.bias ? o.db.data() : nullptr,
+                         .dgamma = f.batch_norm ? o.dgamma.data() : nullptr,
+                         .dbeta = f.batch_norm ? o.dbeta.data() : nullptr};
+      auto op = be.fused_block(f);
+      EXPECT_NE(op, nullptr);
+      if (op == nullptr) return o;
+      std::vector<float> saved(size_t(n * op->saved_per_sample()) + 1),
+          scratch(size_t(n * op->scratch_per_sample()) + 1);
+      const DType t = bf16 ? DType::kBF16 : DType::kF32;
+      std::vector<uint16_t> xb = to_bf16(x), rb = to_bf16(res), dyb = to_bf16(dy);
+      std::vector<float> yf(static_cast<size_t>(ny)), dxf(static_cast<size_t>(nx));
+      std::vector<uint16_t> yb(static_cast<size_t>(ny)), dxb(static_cast<size_t>(nx));
+      auto in = [&](const std::vector<float>& v, std::vector<uint16_t>& vb) {
+        return bf16 ? ConstAct(vb.data(), t) : ConstAct(v.data());
+      };
+      auto out = [&](std::vector<float>& v, std::vector<uint16_t>& vb) {
+        return bf16 ? MutAct(vb.data(), t) : MutAct(v.data());
+      };
+      auto host = [&](const std::vector<float>& v, const std::vector<uint16_t>& vb) {
+        if (!bf16) return v;
+        std::vector<float> h(vb.size());
+        for (size_t i = 0; i < vb.size(); ++i) h[i] = bf16_to_f32(vb[i]);
+        return h;
+      };
+      const ConstAct r = f.add_residual ? in(res, rb) : ConstAct();
+      op->forward(n, false, in(x, xb), p, r, saved.data(), out(yf, yb));
+      o.y_eval = host(yf, yb);
+      op->forward(n, true, in(x, xb), p, r, saved.data(), out(yf, yb));
+      o.y = host(yf, yb);
+      op->backward(n, in(x, xb), p, saved.data(), out(yf, yb), in(dy, dyb), scratch.data(),
+                   out(dxf, dxb), false);
+      o.dx = host(dxf, dxb);
+      return o;
+    };
+    const Out want = run(*f32_, false), got = run(*bf16_, true);
+    expect_rounded(to_bf16(got.y_eval), want.y_eval, "y (evaluation)");
+    expect_rounded(to_bf16(got.y), want.y, "y (training)");
+    expect_rounded(to_bf16(got.dx), want.dx, "dx");
+    expect_same(got.dw, want.dw, "dw (f32)");
+    expect_same(got.db, want.db, "db (f32)");
+    expect_same(got.dgamma, want.dgamma, "dgamma (f32)");
+    expect_same(got.dbeta, want.dbeta, "dbeta (f32)");
+    expect_same(got.mean, want.mean, "running mean (f32)");
+    expect_same(got.var, want.var, "running var (f32)");
+  }
 }
 
 struct ConvCase {

@@ -214,16 +214,17 @@ class FusedBlockOp {
   // True if backward adds the input gradient to what dx holds (asked by add_input_grad).
   virtual bool adds_input_grad() const { return false; }
   // x: the convolution's input -> y: the block's output; residual: shaped as the output
-  // (with add_residual, else null). Training uses and updates the batch statistics.
-  virtual void forward(int n, bool training, const float* x, const FusedBlockParams& p,
-                       const float* residual, float* saved, float* y) = 0;
+  // (with add_residual, else null). Training uses and updates the batch statistics. x, the
+  // residual, y, dy and dx are activations in the backend's dtype (Note [Activation dtype]; x
+  // may be the model's f32 input); `saved` and `scratch` are the block's own f32 buffers.
+  virtual void forward(int n, bool training, ConstAct x, const FusedBlockParams& p,
+                       ConstAct residual, float* saved, MutAct y) = 0;
   // Backward of the last training forward: dy is the gradient of y or, with add_residual,
   // of the sum before the ReLU (the caller, which owns the shortcut, applies that ReLU's
   // backward once for both branches). dx: null when not needed. accumulate: add to the
   // parameter gradients.
-  virtual void backward(int n, const float* x, const FusedBlockParams& p, const float* saved,
-                        const float* y, const float* dy, float* scratch, float* dx,
-                        bool accumulate) = 0;
+  virtual void backward(int n, ConstAct x, const FusedBlockParams& p, const float* saved,
+                        ConstAct y, ConstAct dy, float* scratch, MutAct dx, bool accumulate) = 0;
   // For the layer list: how the convolution computes and what it took in ("winograd
   // F(4x4,5x5), + relu, + maxpool"), and what the BatchNorm and the pooling took in
   // ("+ relu, statistics from the convolution"; "+ relu backward"; empty for nothing).

@@ -12,6 +12,14 @@
 // one backend share (Bf16Staging): ops run one at a time on the calling thread, and an adapter
 // needs its copies only during its call, so the extra memory is that of the largest layer's
 // operands, not of every layer's.
+//
+// A fused block (conv -> BatchNorm -> [+ residual] -> ReLU -> [max pool], Note [Fused blocks])
+// is wrapped whole: its input, residual, output and their gradients are converted at its edges
+// and the f32 block's fusions (Winograd, statistics from the convolution, BatchNorm + ReLU,
+// BatchNorm + residual) run between them, so the values inside the block stay f32 (in its
+// `saved` buffer, which is f32 as in an fp32 run) and one conversion serves the whole chain.
+// The block then computes what the fp32 block computes on the same inputs, rounded once on the
+// way out, which is a little more than the layers one by one would round.
 #include <omp.h>
 
 #include "backend/cpu/cpu_ops.hpp"
@@ -157,8 +165,53 @@ class Bf16SoftmaxCrossEntropy final : public SoftmaxCrossEntropyOp {
   Bf16Staging& st_;
 };
 
+class Bf16FusedBlock final : public FusedBlockOp {
+ public:
+  Bf16FusedBlock(std::unique_ptr<FusedBlockOp> op, const FusedBlockConfig& c, Bf16Staging& s)
+      : op_(std::move(op)),
+        in_(int64_t{c.conv.in_h} * c.conv.in_w * c.conv.in_channels),
+        out_(c.max_pool ? int64_t{c.pool.out_h()} * c.pool.out_w() * c.pool.channels
+                        : int64_t{c.conv.out_h()} * c.conv.out_w() * c.conv.out_channels),
+        st_(s) {
+    DDPV_CHECK(!op_->adds_input_grad(), "a bf16 fused block cannot add to dx (internal)");
+  }
+  int64_t saved_per_sample() const override { return op_->saved_per_sample(); }
+  int64_t scratch_per_sample() const override { return op_->scratch_per_sample(); }
+  void forward(int n, bool training, ConstAct x, const FusedBlockParams& p, ConstAct residual,
+               float* saved, MutAct y) override {
+    st_.bind_threads();
+    const float* xf = st_.in(0, x, n * in_);
+    const float* rf = st_.in(1, residual, n * out_);
+    op_->forward(n, training, xf, p, rf, saved, st_.out(2, y, n * out_));
+    st_.finish(2, y, n * out_);
+  }
+  void backward(int n, ConstAct x, const FusedBlockParams& p, const float* saved, ConstAct y,
+                ConstAct dy, float* scratch, MutAct dx, bool accumulate) override {
+    st_.bind_threads();
+    const float* xf = st_.in(0, x, n * in_);
+    const float* yf = st_.in(1, y, n * out_);
+    const float* dyf = st_.in(2, dy, n * out_);
+    op_->backward(n, xf, p, saved, yf, dyf, scratch, st_.out(3, dx, n * in_), accumulate);
+    st_.finish(3, dx, n * in_);
+  }
+  std::string describe_conv() const override {
+    return op_->describe_conv() + ", bf16 stored, f32 math";
+  }
+  std::string describe_batch_norm() const override { return op_->describe_batch_norm(); }
+  std::string describe_pool() const override { return op_->describe_pool(); }
+
+ private:
+  std::unique_ptr<FusedBlockOp> op_;
+  int64_t in_, out_;  // elements per sample of x and of y
+  Bf16Staging& st_;
+};
+
 }  // namespace
 
+std::unique_ptr<FusedBlockOp> bf16_fallback(std::unique_ptr<FusedBlockOp> op,
+                                            const FusedBlockConfig& cfg, Bf16Staging& staging) {
+  return std::make_unique<Bf16FusedBlock>(std::move(op), cfg, staging);
+}
 std::unique_ptr<Conv2dOp> bf16_fallback(std::unique_ptr<Conv2dOp> op, const Conv2dConfig& cfg,
                                         Bf16Staging& staging) {
   return std::make_unique<Bf16Conv2d>(std::move(op), cfg, staging);

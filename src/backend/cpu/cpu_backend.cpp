@@ -205,11 +205,15 @@ class CpuBackend final : public Backend {
     return make_linear(ctx_, cfg);
   }
   // Note [Fused blocks]: every chain is one op on the CPU (the op composes what its kernels
-  // cannot take in), unless fusion is off. The blocks take f32 activations only, so under
-  // bf16 every layer runs on its own.
+  // cannot take in), unless fusion is off. Under bf16 on the fallback the f32 block runs
+  // inside one adapter (Note [bf16 fallback on the CPU]); on oneDNN's bf16 primitives the
+  // blocks are declined and every layer runs on its own (its ops are not the f32 ones).
   std::unique_ptr<FusedBlockOp> fused_block(const FusedBlockConfig& cfg) override {
-    if (!fuse_ || bf16_) return nullptr;
-    return make_fused_block(ctx_, *this, cfg);
+    if (!fuse_ || (bf16_ && onednn_bf16())) return nullptr;
+    if (!bf16_) return make_fused_block(ctx_, *this, cfg);
+    FusedBlockConfig f32 = cfg;
+    f32.add_input_grad = false;  // dx goes through staging, which holds no earlier gradient
+    return bf16_fallback(make_fused_block(ctx_, *this, f32), cfg, staging_);
   }
   std::unique_ptr<SoftmaxCrossEntropyOp> softmax_cross_entropy(int classes) override {
     if (bf16_) return bf16_fallback(make_softmax_cross_entropy(ctx_, classes), classes, staging_);

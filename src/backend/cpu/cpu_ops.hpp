@@ -138,7 +138,7 @@ class Bf16Staging {
   }
 
   const CpuContext& ctx_;
-  std::array<std::vector<float>, 3> buffers_;
+  std::array<std::vector<float>, 4> buffers_;
   std::vector<uint16_t> bf16_;
 };
 
@@ -154,6 +154,11 @@ std::unique_ptr<LinearOp> bf16_fallback(std::unique_ptr<LinearOp> op, const Line
                                         Bf16Staging& staging);
 std::unique_ptr<SoftmaxCrossEntropyOp> bf16_fallback(std::unique_ptr<SoftmaxCrossEntropyOp> op,
                                                      int classes, Bf16Staging& staging);
+// A fused block (Note [Fused blocks]) built with cfg.add_input_grad off: its input, residual
+// and output and their gradients go through staging; `saved` and `scratch` stay the f32
+// block's own, so nothing between the block's layers is rounded.
+std::unique_ptr<FusedBlockOp> bf16_fallback(std::unique_ptr<FusedBlockOp> op,
+                                            const FusedBlockConfig& cfg, Bf16Staging& staging);
 
 std::unique_ptr<FusableConv> make_conv2d(const CpuContext& ctx,
                                          const Conv2dConfig& cfg);  // conv.cpp

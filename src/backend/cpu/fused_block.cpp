@@ -18,7 +18,7 @@ namespace {
 // Memory: forward keeps the convolution's output where a BatchNorm or a pooling reads it, and
 // the BatchNorm's where the pooling does (`saved`); an unfused ReLU rectifies in place. Backward
 // passes its gradients through at most two scratch buffers of the convolution's output size.
-class CpuFusedBlock final : public FusedBlockOp {
+class CpuFusedBlock final : public F32FusedBlockOp {
  public:
   CpuFusedBlock(const CpuContext& ctx, Backend& backend, const FusedBlockConfig& cfg)
       : backend_(backend), cfg_(cfg) {
@@ -59,8 +59,8 @@ class CpuFusedBlock final : public FusedBlockOp {
   }
   bool adds_input_grad() const override { return adds_dx_; }
 
-  void forward(int n, bool training, const float* x, const FusedBlockParams& p,
-               const float* residual, float* saved, float* y) override {
+  void forward_f32(int n, bool training, const float* x, const FusedBlockParams& p,
+                   const float* residual, float* saved, float* y) override {
     if (pooled_) {  // Note [Pooled activations]: only the pooling's output is written
       int32_t* positions = pool_->positions_for(n);
       DDPV_CHECK(positions != nullptr, "fused block: its max pooling cannot be fused (internal)");
@@ -98,9 +98,9 @@ class CpuFusedBlock final : public FusedBlockOp {
     if (cfg_.max_pool) pool_->forward(n, r, y);
   }
 
-  void backward(int n, const float* x, const FusedBlockParams& p, const float* saved,
-                const float* y, const float* dy, float* scratch, float* dx,
-                bool accumulate) override {
+  void backward_f32(int n, const float* x, const FusedBlockParams& p, const float* saved,
+                    const float* y, const float* dy, float* scratch, float* dx,
+                    bool accumulate) override {
     if (pooled_) {  // Note [Pooled weight gradient]
       DDPV_CHECK(positions_ != nullptr && n == pooled_n_, "fused block: backward of a batch of ", n,
                  " after a pooled forward of ", pooled_n_, " (internal)");
