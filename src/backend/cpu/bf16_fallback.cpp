@@ -28,10 +28,6 @@
 
 namespace ddpv::cpu {
 
-namespace {
-constexpr int64_t kParallelMin = 1 << 16;  // as cpu_backend.cpp's loops: below, one thread
-}  // namespace
-
 void bf16_to_f32_array(int64_t count, const uint16_t* x, float* y) {
   in_team(count >= kParallelMin, [&] {  // Note [No team of one]
 #pragma omp for simd

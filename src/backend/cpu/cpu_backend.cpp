@@ -28,9 +28,6 @@ void CpuContext::bind_threads() const {
 
 namespace {
 
-// Below this many elements a loop runs on one thread: waking a team costs more than it saves.
-constexpr int64_t kParallelMin = 1 << 16;
-
 // Note [Relayout by transposes]: between NCHW and blocks of b channels, block by block, a
 // block is a transpose of hw x b floats. Loop by loop (one float a time: a gather on one side)
 // is more than twice as slow as 8 x 8 tiles of registers transposed by shuffles, in a hot
@@ -399,16 +396,13 @@ class CpuBackend final : public Backend {
       }
       return;
     }
-    // f32 <-> bf16 (the model's f32 input into bf16 blocks): convert, then move.
+    // f32 <-> bf16 (the model's f32 input into bf16 blocks): convert into the shared
+    // grow-only staging (no op is running meanwhile), then move.
     const int64_t count = int64_t{n} * h * w * c;
     if (y.is_bf16()) {
-      std::vector<uint16_t> t(static_cast<size_t>(count));
-      f32_to_bf16_array(count, x.f32(), t.data());
-      relayout_as(n, h, w, c, from, to, t.data(), y.bf16());
+      relayout_as(n, h, w, c, from, to, staging_.as_bf16(x, count), y.bf16());
     } else {
-      std::vector<float> t(static_cast<size_t>(count));
-      bf16_to_f32_array(count, x.bf16(), t.data());
-      relayout_as(n, h, w, c, from, to, t.data(), y.f32());
+      relayout_as(n, h, w, c, from, to, staging_.in(0, x, count), y.f32());
     }
   }
 

@@ -144,8 +144,6 @@ const bool kAvx2 = __builtin_cpu_supports("avx2");
 
 class CpuMaxPool2d final : public FusablePool {
  public:
-  static constexpr int64_t kParallelMin = 1 << 16;  // elements below which one thread runs
-
   CpuMaxPool2d(const CpuContext& ctx, const Pool2dConfig& cfg)
       : ctx_(ctx),
         cfg_(cfg),

@@ -4,6 +4,8 @@
 
 #include <omp.h>
 
+#include <cstdint>
+
 namespace ddpv::cpu {
 
 // Note [Alone in a chunk]: true on a thread of a Winograd convolution's team while it works
@@ -14,6 +16,10 @@ namespace ddpv::cpu {
 extern constinit thread_local bool t_alone;
 
 namespace {  // NOLINT(google-build-namespaces): see above
+
+// Below this many elements (or floats of work) a loop runs on one thread: waking a team costs
+// more than it saves.
+constexpr int64_t kParallelMin = 1 << 16;
 
 // Note [No team of one]: `#pragma omp parallel if (false)` still goes through libgomp. It
 // starts a team of one thread and ends it at a barrier whose last arrival wakes the waiters

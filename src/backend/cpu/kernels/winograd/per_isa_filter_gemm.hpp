@@ -18,9 +18,8 @@
 namespace ddpv::cpu::DDPV_WINOGRAD_ISA {
 namespace {
 
-// Below kParallelMin floats of work a loop runs on one thread, and so do the per-point
-// products below kParallelGemmMin multiply-adds.
-constexpr int64_t kParallelMin = 1 << 16;
+// Below kParallelMin (team.hpp) floats of work a loop runs on one thread, and so do the
+// per-point products below kParallelGemmMin multiply-adds.
 constexpr int64_t kParallelGemmMin = 1 << 20;
 
 // Note [Filter transforms in registers]: u = g w g^T for each (input channel, 8 output
