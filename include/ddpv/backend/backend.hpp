@@ -23,7 +23,7 @@ const char* precision_name(Precision p);
 
 // Note [Activation dtype]: activations and their gradients travel between layers in the
 // backend's activation dtype (Backend::activation_dtype(): f32, or bf16 under --precision bf16
-// on the CPU), the way AMP keeps them; parameters, their gradients, BatchNorm's statistics,
+// on either backend), the way AMP keeps them; parameters, their gradients, BatchNorm's statistics,
 // scale and shift, the optimizer's state and the loss stay f32. An op is handed its
 // activations as typed views: ConstAct (read) and MutAct (written). A view converts implicitly
 // from a float pointer (an f32 view), so fp32 callers pass pointers as before; an op reads a
