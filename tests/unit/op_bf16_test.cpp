@@ -136,7 +136,7 @@ TEST_F(Bf16OpTest, FusedBlockIsTheF32BlockRoundedOnce) {
     struct Out {
       std::vector<float> y_eval, y, dx, dw, db, dgamma, dbeta, mean, var;
     };
-    auto run = [&](Backend& be, bool bf16) {
+    auto run = [&](Backend& be) {
       Out o;
       o.dw.resize(nw);
       o.db.resize(ch);
@@ -159,33 +159,21 @@ TEST_F(Bf16OpTest, FusedBlockIsTheF32BlockRoundedOnce) {
       if (op == nullptr) return o;
       std::vector<float> saved(size_t(n * op->saved_per_sample()) + 1),
           scratch(size_t(n * op->scratch_per_sample()) + 1);
-      const DType t = bf16 ? DType::kBF16 : DType::kF32;
-      std::vector<uint16_t> xb = to_bf16(x), rb = to_bf16(res), dyb = to_bf16(dy);
-      std::vector<float> yf(static_cast<size_t>(ny)), dxf(static_cast<size_t>(nx));
-      std::vector<uint16_t> yb(static_cast<size_t>(ny)), dxb(static_cast<size_t>(nx));
-      auto in = [&](const std::vector<float>& v, std::vector<uint16_t>& vb) {
-        return bf16 ? ConstAct(vb.data(), t) : ConstAct(v.data());
-      };
-      auto out = [&](std::vector<float>& v, std::vector<uint16_t>& vb) {
-        return bf16 ? MutAct(vb.data(), t) : MutAct(v.data());
-      };
-      auto host = [&](const std::vector<float>& v, const std::vector<uint16_t>& vb) {
-        if (!bf16) return v;
-        std::vector<float> h(vb.size());
-        for (size_t i = 0; i < vb.size(); ++i) h[i] = bf16_to_f32(vb[i]);
-        return h;
-      };
-      const ConstAct r = f.add_residual ? in(res, rb) : ConstAct();
-      op->forward(n, false, in(x, xb), p, r, saved.data(), out(yf, yb));
-      o.y_eval = host(yf, yb);
-      op->forward(n, true, in(x, xb), p, r, saved.data(), out(yf, yb));
-      o.y = host(yf, yb);
-      op->backward(n, in(x, xb), p, saved.data(), out(yf, yb), in(dy, dyb), scratch.data(),
-                   out(dxf, dxb), false);
-      o.dx = host(dxf, dxb);
+      // Each backend's activations in its own dtype (bf16 values are exact in bf16).
+      const DType t = be.activation_dtype();
+      const test::DeviceBuffer xd(&be, x, t), rd(&be, res, t), dyd(&be, dy, t),
+          yd(&be, static_cast<size_t>(ny), t), dxd(&be, static_cast<size_t>(nx), t);
+      const ConstAct r = f.add_residual ? ConstAct(rd.act()) : ConstAct();
+      op->forward(n, false, xd.act(), p, r, saved.data(), yd.act());
+      o.y_eval = yd.to_host();
+      op->forward(n, true, xd.act(), p, r, saved.data(), yd.act());
+      o.y = yd.to_host();
+      op->backward(n, xd.act(), p, saved.data(), yd.act(), dyd.act(), scratch.data(), dxd.act(),
+                   false);
+      o.dx = dxd.to_host();
       return o;
     };
-    const Out want = run(*f32_, false), got = run(*bf16_, true);
+    const Out want = run(*f32_), got = run(*bf16_);
     expect_rounded(to_bf16(got.y_eval), want.y_eval, "y (evaluation)");
     expect_rounded(to_bf16(got.y), want.y, "y (training)");
     expect_rounded(to_bf16(got.dx), want.dx, "dx");
