@@ -131,8 +131,8 @@ TEST_F(OneDnnBf16OpTest, ConvolutionMatchesNaiveLoopsOnRoundedWeights) {
         .in_block = block,
         .out_block = block},
        "3x3 blocked"},
-      {{.in_channels = 16,
-        .out_channels = 8,
+      {{.in_channels = 2 * block,  // channels that fill the ISA's blocks (8 or 16)
+        .out_channels = block,
         .in_h = 8,
         .in_w = 8,
         .kernel = 1,

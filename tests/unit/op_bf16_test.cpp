@@ -88,7 +88,7 @@ TEST_F(Bf16OpTest, FusedBlockIsTheF32BlockRoundedOnce) {
   std::vector<Case> cases;
   for (int layout : {0, block}) {
     Case bn_relu{FusedBlockConfig{}, "conv + bn + relu"};
-    bn_relu.cfg.conv = conv(8, 16, 8, 3, layout);
+    bn_relu.cfg.conv = conv(layout == 0 ? 8 : layout, 16, 8, 3, layout);  // blocks of 8 or 16
     bn_relu.cfg.batch_norm = true;
     bn_relu.cfg.relu = true;
     bn_relu.cfg.bn = BatchNormConfig{.channels = 16, .h = 8, .w = 8, .block = layout};
@@ -196,7 +196,7 @@ TEST_F(Bf16OpTest, ConvolutionIsTheF32OpRoundedOnce) {
   const ConvCase cases[] = {
       {{.in_channels = 8, .out_channels = 16, .in_h = 9, .in_w = 9, .kernel = 3, .padding = 1},
        "3x3 nhwc"},
-      {{.in_channels = 8,
+      {{.in_channels = block,  // the ISA's block: 8 or 16
         .out_channels = 16,
         .in_h = 9,
         .in_w = 9,

@@ -188,7 +188,8 @@ class CpuBackend final : public Backend {
   }
   std::unique_ptr<Pool2dOp> pool2d(const Pool2dConfig& cfg) override {
     if (bf16_) {
-      return bf16_op([&](bool any) { return make_onednn_bf16_pool2d(ctx_, cfg, any); }, "pooling",
+      return bf16_op([&](bool any) { return make_onednn_bf16_pool2d(ctx_, cfg, any, staging_); },
+                     "pooling",
                      [&] { return bf16_fallback(make_pool2d(ctx_, cfg), cfg, staging_); });
     }
     return make_pool2d(ctx_, cfg);

@@ -195,7 +195,8 @@ std::unique_ptr<BatchNormOp> make_onednn_bf16_batchnorm2d(const CpuContext& ctx,
                                                           const BatchNormConfig& cfg,
                                                           bool any_kernel);  // batchnorm.cpp
 std::unique_ptr<Pool2dOp> make_onednn_bf16_pool2d(const CpuContext& ctx, const Pool2dConfig& cfg,
-                                                  bool any_kernel);  // pool.cpp
+                                                  bool any_kernel,
+                                                  Bf16Staging& staging);  // pool.cpp
 std::unique_ptr<LinearOp> make_onednn_bf16_linear(const CpuContext& ctx, const LinearConfig& cfg,
                                                   bool any_kernel,
                                                   Bf16Staging& staging);  // linear.cpp

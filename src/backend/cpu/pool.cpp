@@ -34,6 +34,7 @@ struct PoolPlan {
   dnnl::pooling_backward::primitive_desc bwd_pd;
   Mem x, y, dy, dx;  // caller memory, bound per call
   Mem workspace;     // max pooling: where each maximum came from
+  bool f32_backward = false;  // Note [Overlapping windows in bf16]: dy and dx are f32
   Scratchpad scratch;
   std::unordered_map<int, Mem> fwd_args, bwd_args;
 };
@@ -371,6 +372,11 @@ class CpuPool2d final : public FusablePool {
     });
   }
 
+  // Note [Overlapping windows in bf16]: whether backward takes and gives f32 (for n images).
+  bool f32_backward(int n) {
+    return plans_.get(n, kind_name(cfg_.kind), this, &CpuPool2d::build).f32_backward;
+  }
+
   // Note [bf16 on oneDNN]: whether oneDNN builds the primitives for n images (on a kernel
   // other than its reference one unless any_kernel). Not called on the hot path.
   bool try_plan(int n, bool any_kernel) {
@@ -402,7 +408,11 @@ class CpuPool2d final : public FusablePool {
     const Fwd::primitive_desc fwd_pd(
         Fwd::desc(dnnl::prop_kind::forward_training, alg, x_md, y_md, strides, kernel, pad, pad),
         attr, eng);
-    const Bwd::primitive_desc bwd_pd(Bwd::desc(alg, x_md, y_md, strides, kernel, pad, pad), attr,
+    // Note [Overlapping windows in bf16]
+    p.f32_backward = act_ == Dt::bf16 && !global && c.kernel > c.stride;
+    const auto dx_md = p.f32_backward ? activation_desc(x_md.dims(), c.block, Dt::f32) : x_md;
+    const auto dy_md = p.f32_backward ? activation_desc(y_md.dims(), c.block, Dt::f32) : y_md;
+    const Bwd::primitive_desc bwd_pd(Bwd::desc(alg, dx_md, dy_md, strides, kernel, pad, pad), attr,
                                      eng, fwd_pd);
     p.fwd = Fwd(fwd_pd);
     p.bwd = Bwd(bwd_pd);
@@ -413,8 +423,8 @@ class CpuPool2d final : public FusablePool {
     p.scratch.allocate(eng);
     p.x = user_memory(x_md, eng);
     p.y = user_memory(y_md, eng);
-    p.dy = user_memory(y_md, eng);
-    p.dx = user_memory(x_md, eng);
+    p.dy = user_memory(dy_md, eng);
+    p.dx = user_memory(dx_md, eng);
     p.fwd_args = {{DNNL_ARG_SRC, p.x},
                   {DNNL_ARG_DST, p.y},
                   {DNNL_ARG_SCRATCHPAD, p.scratch.view(fwd_pd, eng)}};
@@ -437,16 +447,34 @@ class CpuPool2d final : public FusablePool {
 
 // Note [bf16 on oneDNN]: every pooling of bf16 activations on oneDNN, max pooling too (our
 // own max loops are f32).
+//
+// Note [Overlapping windows in bf16]: where windows overlap (kernel > stride: resnet50's 3x3
+// stride 2 stem pooling), an input's gradient is the sum of several windows' shares. oneDNN's
+// bf16 backward adds them in bf16, rounding after every addition, which is up to one bf16 step
+// off the once-rounded sum. Its f32 backward takes the bf16 forward's workspace, so there dy is
+// widened into staging, the f32 backward sums, and dx is rounded once: the price is one f32 pass
+// over dx on the few layers that have it. Windows that do not overlap give each input one share
+// and keep the bf16 backward.
 class OneDnnBf16Pool2d final : public Pool2dOp {
  public:
-  explicit OneDnnBf16Pool2d(std::unique_ptr<CpuPool2d> op) : op_(std::move(op)) {}
+  OneDnnBf16Pool2d(std::unique_ptr<CpuPool2d> op, const Pool2dConfig& c, Bf16Staging& s)
+      : op_(std::move(op)),
+        in_(int64_t{c.in_h} * c.in_w * c.channels),
+        out_(int64_t{c.out_h()} * c.out_w() * c.channels),
+        st_(s) {}
   void forward(int n, ConstAct x, MutAct y) override { op_->run_forward(n, x.bf16(), y.bf16()); }
   void backward(int n, ConstAct dy, MutAct dx) override {
-    op_->run_backward(n, dy.bf16(), dx.bf16());
+    if (!op_->f32_backward(n)) return op_->run_backward(n, dy.bf16(), dx.bf16());
+    st_.bind_threads();
+    const float* dy32 = st_.in(0, dy, n * out_);
+    op_->run_backward(n, dy32, st_.out(1, dx, n * in_));
+    st_.finish(1, dx, n * in_);
   }
 
  private:
   std::unique_ptr<CpuPool2d> op_;
+  int64_t in_, out_;  // input and output elements per image
+  Bf16Staging& st_;
 };
 
 }  // namespace
@@ -457,10 +485,10 @@ std::unique_ptr<FusablePool> make_pool2d(const CpuContext& ctx, const Pool2dConf
 }
 
 std::unique_ptr<Pool2dOp> make_onednn_bf16_pool2d(const CpuContext& ctx, const Pool2dConfig& cfg,
-                                                  bool any_kernel) {
+                                                  bool any_kernel, Bf16Staging& staging) {
   auto op = std::make_unique<CpuPool2d>(ctx, cfg, Dt::bf16);
   if (!op->try_plan(2, any_kernel)) return nullptr;
-  return std::make_unique<OneDnnBf16Pool2d>(std::move(op));
+  return std::make_unique<OneDnnBf16Pool2d>(std::move(op), cfg, staging);
 }
 
 }  // namespace ddpv::cpu
