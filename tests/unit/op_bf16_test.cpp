@@ -392,6 +392,41 @@ TEST_F(Bf16OpTest, ElementwiseOpsRoundTheirF32ResultOnce) {
   expect_rounded(inplace, want, "relu in place");
 }
 
+// Note [bf16 elementwise loops]: where every view is bf16 the ops run vectorised loops on the
+// bits. Every one of the 65536 bf16 values (NaNs of both signs, infinities, -0, subnormals)
+// against the rule applied to its widened value and rounded by f32_to_bf16, bit for bit, on a
+// team of two threads, from an odd offset and over a count that no vector width divides.
+TEST_F(Bf16OpTest, Bf16LoopsGiveTheRoundedRuleForEveryValue) {
+  auto be = make_backend(
+      BackendOptions{.threads = 2, .precision = Precision::kBF16, .cpu_bf16 = CpuBf16::kFallback});
+  const size_t count = 65536 + 37, off = 3;
+  std::vector<uint16_t> a(count + off), b(count + off), got(count + off);
+  for (size_t i = 0; i < count; ++i) {
+    a[off + i] = static_cast<uint16_t>(i);
+    b[off + i] = static_cast<uint16_t>(i * 40503u + 11u);  // every value again, shuffled
+  }
+  const ConstAct av(a.data() + off, DType::kBF16), bv(b.data() + off, DType::kBF16);
+  const MutAct out(got.data() + off, DType::kBF16);
+  auto f = [](uint16_t h) { return bf16_to_f32(h); };
+  auto relu = [](float v) { return v <= 0.0f ? 0.0f : v; };
+  auto check = [&](const char* what, auto rule) {
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < count; ++i)
+      if (got[off + i] != f32_to_bf16(rule(a[off + i], b[off + i])) && bad++ == 0) first = i;
+    EXPECT_EQ(bad, 0u) << what << ": first at a=0x" << std::hex << a[off + first] << " b=0x"
+                       << b[off + first] << ": 0x" << got[off + first];
+    EXPECT_EQ(got[off - 1], 0) << what << ": wrote before its view";
+  };
+  be->relu_forward(int64_t(count), av, out);
+  check("relu", [&](uint16_t x, uint16_t) { return relu(f(x)); });
+  be->relu_backward(int64_t(count), av, bv, out);
+  check("relu backward", [&](uint16_t y, uint16_t g) { return f(y) > 0.0f ? f(g) : 0.0f; });
+  be->add(int64_t(count), av, bv, out);
+  check("add", [&](uint16_t x, uint16_t y) { return f(x) + f(y); });
+  be->add_relu(int64_t(count), av, bv, out);
+  check("add_relu", [&](uint16_t x, uint16_t y) { return relu(f(x) + f(y)); });
+}
+
 TEST_F(Bf16OpTest, RelayoutMovesBf16AndConvertsF32) {
   const int n = 2, h = 3, w = 5, c = 16, block = bf16_->activation_block();
   const size_t count = static_cast<size_t>(n) * h * w * c;

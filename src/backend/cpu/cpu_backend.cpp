@@ -239,10 +239,12 @@ class CpuBackend final : public Backend {
     return {};
   }
 
-  // The elementwise ops: the f32 loops below, or, where a view is bf16, the same rules through
+  // The elementwise ops: the f32 loops below, the bf16 ones where every view is bf16 (Note
+  // [bf16 elementwise loops]), or, where f32 and bf16 views mix, the same rules through
   // each_element with the views widened and rounded (Note [Activation dtype]).
   void relu_forward(int64_t count, ConstAct xa, MutAct ya) override {
     ctx_.bind_threads();
+    if (xa.is_bf16() && ya.is_bf16()) return bf16_relu(count, xa.bf16(), ya.bf16());
     if (!all_f32({xa, ya})) {
       reading(xa, [&](auto x) {
         writing(ya, [&](auto y) {
@@ -265,6 +267,8 @@ class CpuBackend final : public Backend {
 
   void relu_backward(int64_t count, ConstAct ya, ConstAct dya, MutAct dxa) override {
     ctx_.bind_threads();
+    if (ya.is_bf16() && dya.is_bf16() && dxa.is_bf16())
+      return bf16_relu_backward(count, ya.bf16(), dya.bf16(), dxa.bf16());
     if (!all_f32({ya, dya, dxa})) {
       reading(ya, [&](auto y) {
         reading(dya, [&](auto dy) {
@@ -294,6 +298,8 @@ class CpuBackend final : public Backend {
 
   void add(int64_t count, ConstAct aa, ConstAct ba, MutAct ya) override {
     ctx_.bind_threads();
+    if (aa.is_bf16() && ba.is_bf16() && ya.is_bf16())
+      return bf16_add(count, aa.bf16(), ba.bf16(), ya.bf16(), /*relu=*/false);
     if (!all_f32({aa, ba, ya})) {
       reading(aa, [&](auto a) {
         reading(ba, [&](auto b) {
@@ -314,6 +320,8 @@ class CpuBackend final : public Backend {
   void add_relu(int64_t count, ConstAct aa, ConstAct ba, MutAct ya) override {
     if (!fuse_) return Backend::add_relu(count, aa, ba, ya);  // two passes, as separate layers
     ctx_.bind_threads();
+    if (aa.is_bf16() && ba.is_bf16() && ya.is_bf16())
+      return bf16_add(count, aa.bf16(), ba.bf16(), ya.bf16(), /*relu=*/true);
     if (!all_f32({aa, ba, ya})) {  // one rounding, of the rectified sum
       reading(aa, [&](auto a) {
         reading(ba, [&](auto b) {

@@ -200,6 +200,12 @@ std::unique_ptr<Pool2dOp> make_onednn_bf16_pool2d(const CpuContext& ctx, const P
 std::unique_ptr<LinearOp> make_onednn_bf16_linear(const CpuContext& ctx, const LinearConfig& cfg,
                                                   bool any_kernel,
                                                   Bf16Staging& staging);  // linear.cpp
+// Note [bf16 elementwise loops] (bf16_eltwise.cpp): the elementwise ops on bf16 views only, on
+// the team where the count is worth it; each rounds its f32 result once.
+void bf16_relu(int64_t count, const uint16_t* x, uint16_t* y);
+void bf16_relu_backward(int64_t count, const uint16_t* y, const uint16_t* dy, uint16_t* dx);
+void bf16_add(int64_t count, const uint16_t* a, const uint16_t* b, uint16_t* y, bool relu);
+
 // Whether the CPU computes in bf16 (AVX512-BF16 or AMX), as oneDNN sees it.
 bool cpu_computes_bf16();
 // kernels/single_channel/conv2d.cpp: a convolution from one input channel on our own loops, where
