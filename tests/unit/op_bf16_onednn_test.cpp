@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/cpu_ops.hpp"
 #include "ddpv/core/dtype.hpp"
 #include "support/test_support.hpp"
 
@@ -416,16 +417,16 @@ TEST_F(OneDnnBf16OpTest, LinearMatchesNaiveLoopsOnRoundedWeights) {
 
 // Under --cpu-bf16 auto a CPU with bf16 instructions runs oneDNN's bf16 kernels and any other
 // the fallback: read from /proc/cpuinfo here, independently of oneDNN's own detection.
-bool cpuinfo_has_bf16() {
+bool cpuinfo_has(const char* flag) {
   std::ifstream f("/proc/cpuinfo");
   std::string line;
   while (std::getline(f, line)) {
     if (line.rfind("flags", 0) == 0)
-      return line.find(" avx512_bf16") != std::string::npos ||
-             line.find(" amx_bf16") != std::string::npos;
+      return (line + " ").find(std::string(" ") + flag + " ") != std::string::npos;
   }
   return false;
 }
+bool cpuinfo_has_bf16() { return cpuinfo_has("avx512_bf16") || cpuinfo_has("amx_bf16"); }
 
 TEST(CpuBf16Choice, AutoUsesOneDnnWhereTheCpuHasBf16AndFallbackPicksTheF32Kernels) {
   auto autob = make_backend(BackendOptions{.threads = 1, .precision = Precision::kBF16});
@@ -442,6 +443,69 @@ TEST(CpuBf16Choice, AutoUsesOneDnnWhereTheCpuHasBf16AndFallbackPicksTheF32Kernel
     EXPECT_NE(how.find("bf16 stored, f32 math"), std::string::npos) << how;
     EXPECT_NE(autob->caveat().find("no bf16 instructions"), std::string::npos) << autob->caveat();
   }
+}
+
+// Note [Fewer multiplications or faster ones]: without AMX, a block whose f32 convolution is
+// Winograd F(4x4, 5x5) or the single-channel loops stays f32 between bf16 edges; with AMX, or
+// where the f32 convolution would be direct or a 3x3 Winograd, oneDNN's bf16 layers run.
+TEST(CpuBf16Choice, BlocksWithFarFewerF32MultiplicationsStayF32WithoutAmx) {
+  const Conv2dConfig lenet1{.in_channels = 1,
+                            .out_channels = 32,
+                            .in_h = 28,
+                            .in_w = 28,
+                            .kernel = 5,
+                            .padding = 2,
+                            .bias = true};
+  const Conv2dConfig lenet2{.in_channels = 32,
+                            .out_channels = 64,
+                            .in_h = 14,
+                            .in_w = 14,
+                            .kernel = 5,
+                            .padding = 2,
+                            .bias = true};
+  const Conv2dConfig resnet{
+      .in_channels = 16, .out_channels = 16, .in_h = 32, .in_w = 32, .padding = 1};
+  const Conv2dConfig small5{.in_channels = 8,
+                            .out_channels = 8,
+                            .in_h = 14,
+                            .in_w = 14,
+                            .kernel = 5,
+                            .padding = 2};  // too few channels for Winograd
+  using cpu::f32_block_is_faster;
+  EXPECT_TRUE(f32_block_is_faster(false, ConvAlgorithm::kAuto, lenet1));
+  EXPECT_TRUE(f32_block_is_faster(false, ConvAlgorithm::kAuto, lenet2));
+  EXPECT_FALSE(f32_block_is_faster(false, ConvAlgorithm::kAuto, resnet));
+  EXPECT_FALSE(f32_block_is_faster(false, ConvAlgorithm::kAuto, small5));
+  EXPECT_FALSE(f32_block_is_faster(false, ConvAlgorithm::kDirect, lenet2)) << "--cpu-conv direct";
+  for (const auto& c : {lenet1, lenet2, resnet})
+    EXPECT_FALSE(f32_block_is_faster(true, ConvAlgorithm::kAuto, c)) << "AMX";
+
+  // The backend asks the rule with what this CPU has: lenet's second block and resnet20's.
+  auto autob = make_backend(BackendOptions{.threads = 1, .precision = Precision::kBF16});
+  auto forced = make_backend(
+      BackendOptions{.threads = 1, .precision = Precision::kBF16, .cpu_bf16 = CpuBf16::kOneDnn});
+  auto block = [](const Conv2dConfig& c) {
+    FusedBlockConfig f;
+    f.conv = c;
+    f.relu = true;
+    return f;
+  };
+  auto lenet_block = autob->fused_block(block(lenet2));
+  auto resnet_block = autob->fused_block(block(resnet));
+  if (!cpuinfo_has_bf16()) {  // the fallback: every block, f32 inside
+    EXPECT_NE(lenet_block, nullptr);
+    EXPECT_NE(resnet_block, nullptr);
+    return;
+  }
+  EXPECT_EQ(resnet_block, nullptr) << "oneDNN's bf16 layers";
+  if (cpuinfo_has("amx_bf16")) {
+    EXPECT_EQ(lenet_block, nullptr) << "AMX: oneDNN's bf16 layers";
+  } else {
+    ASSERT_NE(lenet_block, nullptr) << "AVX512-BF16: the f32 block";
+    EXPECT_NE(lenet_block->describe_conv().find("bf16 stored, f32 math"), std::string::npos)
+        << lenet_block->describe_conv();
+  }
+  EXPECT_EQ(forced->fused_block(block(lenet2)), nullptr) << "--cpu-bf16 onednn: oneDNN's layers";
 }
 
 }  // namespace

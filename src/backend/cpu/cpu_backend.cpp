@@ -16,6 +16,7 @@
 
 #include "backend/cpu/cpu_ops.hpp"
 #include "backend/cpu/kernels/simd/transpose8.hpp"
+#include "backend/cpu/kernels/winograd/winograd.hpp"
 #include "backend/cpu/team.hpp"
 #include "ddpv/core/dtype.hpp"
 
@@ -205,9 +206,14 @@ class CpuBackend final : public Backend {
   // Note [Fused blocks]: every chain is one op on the CPU (the op composes what its kernels
   // cannot take in), unless fusion is off. Under bf16 on the fallback the f32 block runs
   // inside one adapter (Note [bf16 fallback on the CPU]); on oneDNN's bf16 primitives the
-  // blocks are declined and every layer runs on its own (its ops are not the f32 ones).
+  // blocks are declined and every layer runs on its own (its ops are not the f32 ones), except
+  // where, under --cpu-bf16 auto, the f32 block is the faster one (Note [Fewer multiplications
+  // or faster ones]).
   std::unique_ptr<FusedBlockOp> fused_block(const FusedBlockConfig& cfg) override {
-    if (!fuse_ || (bf16_ && onednn_bf16())) return nullptr;
+    if (!fuse_) return nullptr;
+    if (bf16_ && onednn_bf16() &&
+        !(bf16_mode_ == CpuBf16::kAuto && f32_block_is_faster(cpu_has_amx(), ctx_.conv, cfg.conv)))
+      return nullptr;
     if (!bf16_) return make_fused_block(ctx_, *this, cfg);
     FusedBlockConfig f32 = cfg;
     f32.add_input_grad = false;  // dx goes through staging, which holds no earlier gradient
@@ -610,6 +616,26 @@ bool cpu_computes_bf16() {
   const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
   const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
   return (isa & bf16) == bf16;  // AMX's mask holds AVX512-BF16's
+}
+
+bool cpu_has_amx() {
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto amx = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
+  return (isa & amx) == amx;
+}
+
+// Note [Fewer multiplications or faster ones]: AVX512-BF16 multiplies bf16 pairs at twice the
+// rate of f32 FMAs and no more, so oneDNN's direct bf16 convolution does the direct method's
+// multiplications at best twice as fast as f32 ones. Our f32 Winograd F(4x4, 5x5) does 6.25x
+// fewer (64 per 4x4 outputs instead of 400) and our single-input-channel loops are bound by
+// memory, which bf16 does not help oneDNN's kernels with (one channel pads a pair of them):
+// a block on either is faster in f32 between bf16 edges, and lenet on AVX512-BF16 trains 1.7x
+// faster so. F(4x4, 3x3) saves 4x, which its transforms eat most of: resnet20 is faster on
+// oneDNN's bf16 layers. AMX multiplies bf16 about 16x faster than f32 FMAs: oneDNN everywhere.
+bool f32_block_is_faster(bool amx, ConvAlgorithm algorithm, const Conv2dConfig& conv) {
+  if (amx) return false;
+  if (single_channel_conv_applies(algorithm, conv)) return true;
+  return conv.kernel == 5 && winograd_tile(algorithm, conv) == 4;
 }
 
 }  // namespace cpu

@@ -208,6 +208,12 @@ void bf16_add(int64_t count, const uint16_t* a, const uint16_t* b, uint16_t* y, 
 
 // Whether the CPU computes in bf16 (AVX512-BF16 or AMX), as oneDNN sees it.
 bool cpu_computes_bf16();
+// Whether it does so with AMX's tiles, as oneDNN sees it.
+bool cpu_has_amx();
+// Note [Fewer multiplications or faster ones]: under --cpu-bf16 auto on a CPU that computes in
+// bf16, whether a fused block is faster as the f32 block between bf16 edges (the fallback's
+// adapter) than as oneDNN's bf16 layers: `amx` says which bf16 instructions the CPU has.
+bool f32_block_is_faster(bool amx, ConvAlgorithm algorithm, const Conv2dConfig& conv);
 // kernels/single_channel/conv2d.cpp: a convolution from one input channel on our own loops, where
 // it applies; `baseline`: the loops built for the baseline instruction set even where AVX2 + FMA
 // are there (the tests compare the two).
