@@ -232,7 +232,8 @@ class CpuBackend final : public Backend {
       return std::string("--precision bf16 on this CPU (") + isa_name() +
              (bf16_mode_ == CpuBf16::kFallback ? ", --cpu-bf16 fallback"
                                                : ", no bf16 instructions") +
-             ") stores activations in bf16 but computes in f32, converting around every layer: "
+             ") stores activations in bf16 but computes in f32, converting at every layer's or "
+             "fused block's edges: "
              "it saves memory between layers and runs slower than fp32 (use --precision fp32 for "
              "speed)";
     }
