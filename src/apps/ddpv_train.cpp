@@ -105,12 +105,18 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (world.is_root()) {
-      std::printf("done: %lld epochs, %lld steps in %s; val_acc %.4f val_loss %.4f; %.0f img/s "
-                  "(%d rank%s x batch %lld); comm wait %.2f s, data wait %.2f s\n",
-                  static_cast<long long>(s.epochs), static_cast<long long>(s.steps),
-                  ddpv::format_duration(s.elapsed_s).c_str(), s.val_acc, s.val_loss,
-                  s.images_per_s, s.world_size, s.world_size == 1 ? "" : "s", static_cast<long long>(o.batch_size),
-                  s.comm_wait_s, s.data_wait_s);
+      // A run that never evaluated (--val-split none, or stopped before its first epoch
+      // ended) has no validation figures to print: NaN would read as a diverged model.
+      char val[64] = "no evaluation";
+      if (!std::isnan(s.val_acc))
+        std::snprintf(val, sizeof val, "val_acc %.4f val_loss %.4f", s.val_acc, s.val_loss);
+      std::printf(
+          "done: %lld epochs, %lld steps in %s; %s; %.0f img/s "
+          "(%d rank%s x batch %lld); comm wait %.2f s, data wait %.2f s\n",
+          static_cast<long long>(s.epochs), static_cast<long long>(s.steps),
+          ddpv::format_duration(s.elapsed_s).c_str(), val, s.images_per_s, s.world_size,
+          s.world_size == 1 ? "" : "s", static_cast<long long>(o.batch_size), s.comm_wait_s,
+          s.data_wait_s);
       if (s.ranks.by_rank.size() > 1) print_rank_times(s.ranks);
       if (!s.last_checkpoint.empty()) std::printf("checkpoint: %s\n", s.last_checkpoint.c_str());
       if (!o.metrics.empty()) std::printf("metrics: %s\n", o.metrics.c_str());

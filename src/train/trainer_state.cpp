@@ -109,12 +109,14 @@ void Trainer::Impl::log_epoch(double val_loss, double val_acc, const RankReport&
   if (!world.is_root()) return;
   const double rate = timing.images / std::max(timing.train_seconds, 1e-9);
   const double elapsed = seconds_since(timing.run_start);
-  std::printf(
-      "epoch %lld/%lld train_loss %.4f train_acc %.4f val_loss %.4f val_acc %.4f "
-      "lr %.5g img/s %.0f elapsed %s\n",
-      static_cast<long long>(pos.epoch), static_cast<long long>(o.epochs), epoch_totals.loss(),
-      epoch_totals.acc(), val_loss, val_acc, schedule->at(pos.step), rate,
-      format_duration(elapsed).c_str());
+  // An epoch without evaluation (--val-split none) prints no validation figures, not NaN.
+  char val[64] = "";
+  if (!std::isnan(val_acc))
+    std::snprintf(val, sizeof val, " val_loss %.4f val_acc %.4f", val_loss, val_acc);
+  std::printf("epoch %lld/%lld train_loss %.4f train_acc %.4f%s lr %.5g img/s %.0f elapsed %s\n",
+              static_cast<long long>(pos.epoch), static_cast<long long>(o.epochs),
+              epoch_totals.loss(), epoch_totals.acc(), val, schedule->at(pos.step), rate,
+              format_duration(elapsed).c_str());
   std::fflush(stdout);
   if (ranks.straggler) {  // Note [Rank times]: said in the epoch it happens, not only at the end
     DDPV_WARN("epoch ", pos.epoch, ": ", straggler_text(ranks));

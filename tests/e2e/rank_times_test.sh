@@ -59,6 +59,10 @@ PYEOF
 # 60 steps x 32 images x 0.05 s: 96 s of work injected into rank 3, none into the others.
 run four 4 0/0/0/0.05 "${steps[@]}" --max-steps 60
 check four 0/0/0/0.05 60 3 yes
+# --val-split none: the epoch and summary lines say nothing of validation, not "val_acc nan".
+grep -q "^epoch 1/100 train_loss [0-9.]* train_acc [0-9.]* lr " "$WORK/four.out" &&
+  grep -q "^done: 3 epochs, 60 steps in .*; no evaluation; [0-9]* img/s" "$WORK/four.out" &&
+  ! grep -qi "nan" "$WORK/four.out" || { cat "$WORK/four.out"; fail "four: no validation figures"; }
 grep -q "warning: rank 3 on [^ ]\+ was busy [0-9]\+% longer than the other ranks' median" \
   "$WORK/four.err" || { cat "$WORK/four.err"; fail "four: no straggler warning"; }
 grep -q "node? (--balance would give it a smaller share of each batch)$" "$WORK/four.err" ||
