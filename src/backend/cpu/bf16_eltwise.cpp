@@ -100,7 +100,7 @@ void split(int64_t count, const F& f) {
   const bool worth_it = count >= kParallelMin;
   in_team(worth_it, [&] {  // Note [No team of one]
     const int64_t threads = t_alone ? 1 : omp_get_num_threads(), rank = team_rank();
-    const int64_t per = (count / threads + 63) / 64 * 64;
+    const int64_t per = ((count + threads - 1) / threads + 63) / 64 * 64;  // covers count
     const int64_t begin = std::min(count, rank * per), end = std::min(count, begin + per);
     if (end > begin) f(begin, end - begin);
   });
