@@ -65,12 +65,22 @@ po::options_description describe(TrainOptions& o) {
     ("reduce-dtype", choice(&o.reduce_dtype), "gradient allreduce type: fp32, or bf16 (half the bytes, rounded gradients)")
     ("threads", po::value(&o.threads)->default_value(o.threads), "CPU threads per rank (0: this rank's share of the node's cores)");
   po::options_description tuning("Backend tuning (for comparisons and diagnosis; the defaults are the fast paths)");
-  tuning.add_options()
-    ("cpu-layout", choice(&o.cpu_layout), "CPU: activations between layers in channel blocks of the ISA (blocked) or in nhwc")
-    ("cpu-conv", choice(&o.cpu_conv), "CPU: stride-1 3x3 and 5x5 convolutions: auto (per layer), direct (oneDNN) or winograd (ours, where a layer allows it)")
-    ("cpu-bf16", choice(&o.cpu_bf16), "CPU, --precision bf16: auto (oneDNN's bf16 kernels where the CPU has bf16 instructions, else the fallback), onednn (oneDNN's bf16 primitives on whatever kernel it has) or fallback (f32 kernels between bf16 activations)")
-    ("no-fuse", po::bool_switch(&o.no_fuse), "CPU: run every layer on its own (no convolution + ReLU, BatchNorm + ReLU, ... fusions), to rule a fusion out")
-    ("cuda-bn", choice(&o.cuda_bn), "CUDA: BatchNorm on cuDNN's ex functions (NHWC persistent kernels) or its legacy ones");
+  tuning.add_options()(
+      "cpu-layout", choice(&o.cpu_layout),
+      "CPU: activations between layers in channel blocks of the ISA (blocked; under --precision "
+      "bf16 on AMX, nhwc, which oneDNN's AMX kernels need) or in nhwc")(
+      "cpu-conv", choice(&o.cpu_conv),
+      "CPU: stride-1 3x3 and 5x5 convolutions: auto (per layer), direct (oneDNN) or winograd "
+      "(ours, where a layer allows it)")(
+      "cpu-bf16", choice(&o.cpu_bf16),
+      "CPU, --precision bf16: auto (oneDNN's bf16 kernels where the CPU has bf16 instructions, "
+      "else the fallback), onednn (oneDNN's bf16 primitives on whatever kernel it has) or fallback "
+      "(f32 kernels between bf16 activations)")(
+      "no-fuse", po::bool_switch(&o.no_fuse),
+      "CPU: run every layer on its own (no convolution + ReLU, BatchNorm + ReLU, ... fusions), to "
+      "rule a fusion out")(
+      "cuda-bn", choice(&o.cuda_bn),
+      "CUDA: BatchNorm on cuDNN's ex functions (NHWC persistent kernels) or its legacy ones");
   po::options_description opt("Optimisation");
   opt.add_options()
     ("epochs", po::value(&o.epochs)->default_value(o.epochs), "epochs to train")

@@ -508,5 +508,21 @@ TEST(CpuBf16Choice, BlocksWithFarFewerF32MultiplicationsStayF32WithoutAmx) {
   EXPECT_EQ(forced->fused_block(block(lenet2)), nullptr) << "--cpu-bf16 onednn: oneDNN's layers";
 }
 
+// Notes [Blocked activations] and [Channels last for AMX]: blocks of the ISA's width, except
+// under bf16 on AMX, whose convolutions oneDNN runs on NHWC only; this CPU's default follows.
+TEST(CpuBf16Choice, ActivationsAreNhwcUnderBf16OnAmxOnly) {
+  EXPECT_EQ(cpu::preferred_activation_block(false, false), 8);
+  EXPECT_EQ(cpu::preferred_activation_block(true, false), 16);
+  EXPECT_EQ(cpu::preferred_activation_block(true, true), 0);
+  auto f32 = make_backend(BackendOptions{.threads = 1});
+  auto bf16 = make_backend(BackendOptions{.threads = 1, .precision = Precision::kBF16});
+  const int isa_block = cpuinfo_has("avx512f") ? 16 : 8;
+  EXPECT_EQ(f32->activation_block(), isa_block);
+  EXPECT_EQ(bf16->activation_block(), cpuinfo_has("amx_bf16") ? 0 : isa_block);
+  auto chosen = make_backend(
+      BackendOptions{.threads = 1, .precision = Precision::kBF16, .activation_block = 0});
+  EXPECT_EQ(chosen->activation_block(), 0) << "--cpu-layout nhwc";
+}
+
 }  // namespace
 }  // namespace ddpv

@@ -104,11 +104,10 @@ const char* isa_name() {
   }
 }
 
-// Note [Blocked activations] on oneDNN: 16-channel blocks where AVX-512 runs, 8 otherwise.
-int preferred_block() {
+bool cpu_has_avx512() {
   const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
   const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
-  return (isa & avx512) == avx512 ? 16 : 8;
+  return (isa & avx512) == avx512;
 }
 
 class CpuBackend final : public Backend {
@@ -124,7 +123,10 @@ class CpuBackend final : public Backend {
     bf16_ = options.precision == Precision::kBF16;
     bf16_mode_ = options.cpu_bf16;
     ctx_.threads = options.threads;
-    ctx_.block = options.activation_block >= 0 ? options.activation_block : preferred_block();
+    ctx_.block =
+        options.activation_block >= 0
+            ? options.activation_block
+            : preferred_activation_block(cpu_has_avx512(), bf16_ && onednn_bf16() && cpu_has_amx());
     ctx_.conv = options.conv_algorithm;
     fuse_ = options.fuse_layers;
     // Note [Tuning options]: a switch that is not the default shows in name().
@@ -617,6 +619,19 @@ bool cpu_computes_bf16() {
   const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
   const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
   return (isa & bf16) == bf16;  // AMX's mask holds AVX512-BF16's
+}
+
+// Note [Blocked activations] on oneDNN: 16-channel blocks where AVX-512 runs, 8 otherwise.
+// Note [Channels last for AMX]: oneDNN 2.6's AMX convolutions (jit_avx512_core_amx_* forward,
+// backward-data and backward-weights, and its brgemm ones) take NHWC activations only: each
+// init_conf returns unimplemented unless the source is channels-last ("TODO: remove all
+// support for nChw16c"). On blocks oneDNN then runs every bf16 convolution on its AVX512-BF16
+// kernels and the tiles sit idle, so under bf16 on AMX the activations are NHWC. Where AVX512-
+// BF16 is the widest, the blocks stay: there the NHWC kernels are slower (resnet20: 185 ms of
+// oneDNN per step on NHWC, its forward on brgconv, against 147 on blocks, DNNL_VERBOSE).
+int preferred_activation_block(bool avx512, bool bf16_on_amx) {
+  if (bf16_on_amx) return 0;
+  return avx512 ? 16 : 8;
 }
 
 bool cpu_has_amx() {

@@ -210,6 +210,9 @@ void bf16_add(int64_t count, const uint16_t* a, const uint16_t* b, uint16_t* y, 
 bool cpu_computes_bf16();
 // Whether it does so with AMX's tiles, as oneDNN sees it.
 bool cpu_has_amx();
+// The activations' layout when --cpu-layout does not say (0: NHWC, else the channel block):
+// Notes [Blocked activations] and [Channels last for AMX].
+int preferred_activation_block(bool avx512, bool bf16_on_amx);
 // Note [Fewer multiplications or faster ones]: under --cpu-bf16 auto on a CPU that computes in
 // bf16, whether a fused block is faster as the f32 block between bf16 edges (the fallback's
 // adapter) than as oneDNN's bf16 layers: `amx` says which bf16 instructions the CPU has.
