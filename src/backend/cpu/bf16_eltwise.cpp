@@ -4,8 +4,8 @@
 // f32, apply the op, round to nearest even once (f32_to_bf16, NaN kept and quieted). Written
 // on the bits and without branches, so that GCC vectorises them for the widest instruction set
 // the CPU has (each loop is compiled three times below and picked at run time): the generic
-// loops, which read and write through per-element functors, went through SSE2 and spent about a
-// quarter of a bf16 resnet20 step on these four passes, more than its BatchNorms.
+// loops, which read and write through per-element functors, went through SSE2 and made these
+// four passes cost more than the BatchNorms they sit between (docs/performance.md).
 // ReLU and its backward need no arithmetic at all: their outputs are inputs or zero, so they
 // select bits, and a value's rounding is itself (a NaN's, itself quieted).
 #include <algorithm>

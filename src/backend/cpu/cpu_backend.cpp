@@ -627,8 +627,8 @@ bool cpu_computes_bf16() {
 // init_conf returns unimplemented unless the source is channels-last ("TODO: remove all
 // support for nChw16c"). On blocks oneDNN then runs every bf16 convolution on its AVX512-BF16
 // kernels and the tiles sit idle, so under bf16 on AMX the activations are NHWC. Where AVX512-
-// BF16 is the widest, the blocks stay: there the NHWC kernels are slower (resnet20: 185 ms of
-// oneDNN per step on NHWC, its forward on brgconv, against 147 on blocks, DNNL_VERBOSE).
+// BF16 is the widest, the blocks stay: there oneDNN's NHWC kernels, its brgemm forward
+// included, are the slower ones (docs/performance.md, "bf16 on the CPU").
 int preferred_activation_block(bool avx512, bool bf16_on_amx) {
   if (bf16_on_amx) return 0;
   return avx512 ? 16 : 8;
@@ -645,8 +645,8 @@ bool cpu_has_amx() {
 // multiplications at best twice as fast as f32 ones. Our f32 Winograd F(4x4, 5x5) does 6.25x
 // fewer (64 per 4x4 outputs instead of 400) and our single-input-channel loops are bound by
 // memory, which bf16 does not help oneDNN's kernels with (one channel pads a pair of them):
-// a block on either is faster in f32 between bf16 edges, and lenet on AVX512-BF16 trains 1.7x
-// faster so. F(4x4, 3x3) saves 4x, which its transforms eat most of: resnet20 is faster on
+// a block on either is faster in f32 between bf16 edges (lenet: docs/performance.md, "bf16 on
+// the CPU"). F(4x4, 3x3) saves 4x, which its transforms eat most of: resnet20 is faster on
 // oneDNN's bf16 layers. AMX multiplies bf16 about 16x faster than f32 FMAs: oneDNN everywhere.
 bool f32_block_is_faster(bool amx, ConvAlgorithm algorithm, const Conv2dConfig& conv) {
   if (amx) return false;
