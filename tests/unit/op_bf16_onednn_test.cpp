@@ -106,7 +106,8 @@ TEST_F(OneDnnBf16OpTest, TheBackendAndItsOpsSayTheyRunOnOneDnn) {
   auto op = be_->conv2d(Conv2dConfig{.in_channels = 8, .out_channels = 8, .in_h = 4, .in_w = 4});
   EXPECT_NE(op->algorithm().find("bf16 on oneDNN"), std::string::npos) << op->algorithm();
   EXPECT_EQ(be_->caveat(), "") << "every op is oneDNN's: nothing to warn of";
-  // The fused blocks compose the f32 ops: declined here, every layer on oneDNN's bf16 one.
+  // The f32 fused blocks compose the f32 ops: declined here, every layer on oneDNN's bf16 one
+  // (a conv -> BatchNorm -> ReLU chain excepted: Note [bf16 blocks on oneDNN]).
   FusedBlockConfig fb;
   fb.conv = Conv2dConfig{.in_channels = 8, .out_channels = 8, .in_h = 6, .in_w = 6, .padding = 1};
   fb.relu = true;
@@ -290,6 +291,87 @@ TEST_F(OneDnnBf16OpTest, BatchNormMatchesNaiveLoopsWithF32Statistics) {
     expect_within(dbt_got, dbt, false, "dbeta (f32)");
     expect_within(rm_got, rm, false, "running mean (f32)", 1e-4);
     expect_within(rv_got, rv, false, "running var (f32)", 1e-4);
+  }
+}
+
+// Note [bf16 blocks on oneDNN]: conv -> BatchNorm -> ReLU as one block computes what the
+// three layers compute one by one on the same backend, bit for bit (a zero's sign aside):
+// forward, the running statistics, and backward's input, weight and BatchNorm gradients; and
+// a NaN that reaches the BatchNorm's statistics stays NaN through the fused ReLU.
+TEST_F(OneDnnBf16OpTest, ConvBatchNormReluBlockIsTheLayersOneByOne) {
+  for (const int layout : {0, be_->activation_block()}) {
+    SCOPED_TRACE(layout);
+    const int n = 3, ch = 16, hw = 8;
+    FusedBlockConfig f;
+    f.conv = Conv2dConfig{.in_channels = ch,
+                          .out_channels = ch,
+                          .in_h = hw,
+                          .in_w = hw,
+                          .padding = 1,
+                          .in_block = layout,
+                          .out_block = layout};
+    f.batch_norm = f.relu = true;
+    f.bn = BatchNormConfig{.channels = ch, .h = hw, .w = hw, .block = layout};
+    auto block = be_->fused_block(f);
+    ASSERT_NE(block, nullptr);
+    EXPECT_EQ(block->describe_batch_norm(), "+ relu");
+    auto conv = be_->conv2d(f.conv);
+    auto bn = be_->batchnorm2d(f.bn);
+
+    const size_t count = size_t(n) * hw * hw * ch, nw = size_t(ch) * ch * 9, nc = size_t(ch);
+    const Vec w = test::random_vector(nw, 21, -0.3f, 0.3f);
+    const Vec gamma = test::random_vector(size_t(ch), 22, 0.5f, 1.5f);
+    const Vec beta = test::random_vector(size_t(ch), 23);
+    for (const bool with_nan : {false, true}) {
+      SCOPED_TRACE(with_nan ? "a NaN in x" : "finite");
+      Bits x = to_layout(to_bf16(bf16_values(count, 24)), n, hw, hw, ch, layout);
+      if (with_nan) x[count / 2] = 0x7fc0;
+      const Bits dy = to_layout(to_bf16(bf16_values(count, 25)), n, hw, hw, ch, layout);
+      // The layers one by one.
+      Bits c(count), b(count), y1(count), g(count), dc(count), dx1(count);
+      Vec rm1(nc, 0.f), rv1(nc, 1.f), dw1(nw), dg1(nc), db1(nc);
+      conv->forward(n, in(x), w.data(), nullptr, out(c));
+      bn->forward_train(n, in(c), gamma.data(), beta.data(), out(b), rm1.data(), rv1.data());
+      be_->relu_forward(int64_t(count), in(b), out(y1));
+      be_->relu_backward(int64_t(count), in(y1), in(dy), out(g));
+      bn->backward(n, in(c), gamma.data(), in(g), out(dc), dg1.data(), db1.data(), false);
+      conv->backward(n, in(x), w.data(), in(dc), out(dx1), dw1.data(), nullptr, false);
+      // The block.
+      Vec saved(size_t(n * block->saved_per_sample())),
+          scratch(size_t(n * block->scratch_per_sample()));
+      Bits y2(count), dx2(count);
+      Vec rm2(nc, 0.f), rv2(nc, 1.f), dw2(nw), dg2(nc), db2(nc);
+      FusedBlockParams p;
+      p.w = w.data();
+      p.gamma = gamma.data();
+      p.beta = beta.data();
+      p.running_mean = rm2.data();
+      p.running_var = rv2.data();
+      p.dw = dw2.data();
+      p.dgamma = dg2.data();
+      p.dbeta = db2.data();
+      block->forward(n, true, in(x), p, ConstAct(), saved.data(), out(y2));
+      block->backward(n, in(x), p, saved.data(), in(y2), in(dy), scratch.data(), out(dx2), false);
+
+      auto same = [](const Bits& a, const Bits& b2, const char* what) {
+        size_t bad = 0, first = 0;
+        for (size_t i = 0; i < a.size(); ++i) {
+          const bool nan_a = (a[i] & 0x7fff) > 0x7f80, nan_b = (b2[i] & 0x7fff) > 0x7f80;
+          const bool ok = nan_a ? nan_b : ((a[i] | b2[i]) == 0x8000 || a[i] == b2[i]);
+          if (!ok && bad++ == 0) first = i;
+        }
+        EXPECT_EQ(bad, 0u) << what << ": first at " << first << ": " << bf16_to_f32(b2[first])
+                           << " against the layers' " << bf16_to_f32(a[first]);
+      };
+      same(y1, y2, "y");
+      if (with_nan) continue;  // backward of a NaN batch is NaN on both; nothing to compare
+      same(dx1, dx2, "dx");
+      EXPECT_EQ(dw1, dw2) << "dw";
+      EXPECT_EQ(dg1, dg2) << "dgamma";
+      EXPECT_EQ(db1, db2) << "dbeta";
+      EXPECT_EQ(rm1, rm2) << "running mean";
+      EXPECT_EQ(rv1, rv2) << "running var";
+    }
   }
 }
 

@@ -81,8 +81,7 @@ class CpuBatchNorm final : public FusableBatchNorm {
     });
   }
 
-  bool fuse_relu() override {
-    if (act_ != Dt::f32) return false;
+  bool fuse_relu() override {  // f32 and bf16 alike (Note [bf16 blocks on oneDNN])
     relu_ = true;
     plans_.clear();  // built without the flag
     return true;
@@ -205,7 +204,7 @@ class CpuBatchNorm final : public FusableBatchNorm {
     const float* mean = static_cast<const float*>(mean_.get_data_handle());
     const float* var = static_cast<const float*>(var_.get_data_handle());
     update_running(m, mean, var, running_mean, running_var);
-    if (relu_) keep_non_finite(n, mean, var, static_cast<float*>(y));  // f32 only: fuse_relu
+    if (relu_) keep_non_finite(n, mean, var, y);
   }
 
   void run_infer(int n, const void* x, const float* gamma, const float* beta,
@@ -280,19 +279,28 @@ class CpuBatchNorm final : public FusableBatchNorm {
   }
 
   // Note [BatchNorm + ReLU]: channels whose batch statistics are not finite become NaN.
-  void keep_non_finite(int n, const float* mean, const float* var, float* y) const {
+  void keep_non_finite(int n, const float* mean, const float* var, void* y) const {
     const int ch = cfg_.channels;
     bool all_finite = true;
     for (int c = 0; c < ch; ++c) all_finite = all_finite && std::isfinite(mean[c] + var[c]);
     if (all_finite) return;
+    if (act_ == Dt::bf16) {
+      fill_non_finite(n, mean, var, static_cast<uint16_t*>(y), uint16_t{0x7fc0});  // quiet NaN
+    } else {
+      fill_non_finite(n, mean, var, static_cast<float*>(y),
+                      std::numeric_limits<float>::quiet_NaN());
+    }
+  }
+  template <class T>
+  void fill_non_finite(int n, const float* mean, const float* var, T* y, T nan) const {
+    const int ch = cfg_.channels;
     // NHWC: runs of C per position; blocked: runs of b per position, C / b blocks per image.
     const int64_t b = cfg_.block > 0 ? cfg_.block : ch, hw = int64_t{cfg_.h} * cfg_.w;
     const int64_t runs = int64_t{n} * (ch / b) * hw;
     for (int64_t r = 0; r < runs; ++r) {
       const int64_t c0 = cfg_.block > 0 ? (r / hw) % (ch / b) * b : 0;
       for (int64_t j = 0; j < b; ++j) {
-        if (!std::isfinite(mean[c0 + j] + var[c0 + j]))
-          y[r * b + j] = std::numeric_limits<float>::quiet_NaN();
+        if (!std::isfinite(mean[c0 + j] + var[c0 + j])) y[r * b + j] = nan;
       }
     }
   }
@@ -390,7 +398,7 @@ class CpuBatchNorm final : public FusableBatchNorm {
 };
 
 // Note [bf16 on oneDNN]: the normalisation of bf16 activations, with f32 statistics, scale
-// and shift; no fusion (the fused blocks are f32).
+// and shift; with the ReLU after it fused in for a bf16 block (Note [bf16 blocks on oneDNN]).
 class OneDnnBf16BatchNorm final : public BatchNormOp {
  public:
   explicit OneDnnBf16BatchNorm(std::unique_ptr<CpuBatchNorm> op) : op_(std::move(op)) {}
@@ -420,8 +428,9 @@ std::unique_ptr<FusableBatchNorm> make_batchnorm2d(const CpuContext& ctx,
 
 std::unique_ptr<BatchNormOp> make_onednn_bf16_batchnorm2d(const CpuContext& ctx,
                                                           const BatchNormConfig& cfg,
-                                                          bool any_kernel) {
+                                                          bool any_kernel, bool relu) {
   auto op = std::make_unique<CpuBatchNorm>(ctx, cfg, Dt::bf16);
+  if (relu) op->fuse_relu();
   if (!op->try_plan(2, any_kernel)) return nullptr;
   return std::make_unique<OneDnnBf16BatchNorm>(std::move(op));
 }

@@ -215,7 +215,7 @@ class CpuBackend final : public Backend {
     if (!fuse_) return nullptr;
     if (bf16_ && onednn_bf16() &&
         !(bf16_mode_ == CpuBf16::kAuto && f32_block_is_faster(cpu_has_amx(), ctx_.conv, cfg.conv)))
-      return nullptr;
+      return onednn_bf16_block(cfg);
     if (!bf16_) return make_fused_block(ctx_, *this, cfg);
     FusedBlockConfig f32 = cfg;
     f32.add_input_grad = false;  // dx goes through staging, which holds no earlier gradient
@@ -499,6 +499,16 @@ class CpuBackend final : public Backend {
   // Note [bf16 on oneDNN]: oneDNN's bf16 primitives where used; the ops the fallback runs.
   bool onednn_bf16() const {
     return bf16_mode_ == CpuBf16::kOneDnn || (bf16_mode_ == CpuBf16::kAuto && cpu_computes_bf16());
+  }
+  // Note [bf16 blocks on oneDNN]: conv -> BatchNorm -> ReLU on oneDNN's bf16 ops, or null
+  // (the layers then run one by one). The convolution is whatever conv2d() gives; the
+  // BatchNorm must be oneDNN's, with the ReLU fused in.
+  std::unique_ptr<FusedBlockOp> onednn_bf16_block(const FusedBlockConfig& cfg) {
+    if (!onednn_bf16_block_applies(cfg)) return nullptr;
+    auto bn = make_onednn_bf16_batchnorm2d(ctx_, cfg.bn, bf16_mode_ == CpuBf16::kOneDnn,
+                                           /*relu=*/true);
+    if (!bn) return nullptr;
+    return make_onednn_bf16_block(cfg, conv2d(cfg.conv), std::move(bn));
   }
   // make(any_kernel): oneDNN's op, or null; fallback(): the f32 op in its adapter.
   template <class Make, class Fallback>

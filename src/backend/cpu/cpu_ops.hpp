@@ -193,13 +193,22 @@ std::unique_ptr<Conv2dOp> make_onednn_bf16_conv2d(const CpuContext& ctx, const C
                                                   Bf16Staging& staging);  // conv.cpp
 std::unique_ptr<BatchNormOp> make_onednn_bf16_batchnorm2d(const CpuContext& ctx,
                                                           const BatchNormConfig& cfg,
-                                                          bool any_kernel);  // batchnorm.cpp
+                                                          bool any_kernel,
+                                                          bool relu = false);  // batchnorm.cpp
 std::unique_ptr<Pool2dOp> make_onednn_bf16_pool2d(const CpuContext& ctx, const Pool2dConfig& cfg,
                                                   bool any_kernel,
                                                   Bf16Staging& staging);  // pool.cpp
 std::unique_ptr<LinearOp> make_onednn_bf16_linear(const CpuContext& ctx, const LinearConfig& cfg,
                                                   bool any_kernel,
                                                   Bf16Staging& staging);  // linear.cpp
+// Note [bf16 blocks on oneDNN] (bf16_block.cpp): conv -> BatchNorm -> ReLU on oneDNN's bf16
+// ops, `bn` built with the ReLU fused in; null for any other chain.
+std::unique_ptr<FusedBlockOp> make_onednn_bf16_block(const FusedBlockConfig& cfg,
+                                                     std::unique_ptr<Conv2dOp> conv,
+                                                     std::unique_ptr<BatchNormOp> bn);
+// Whether make_onednn_bf16_block takes the chain.
+bool onednn_bf16_block_applies(const FusedBlockConfig& cfg);
+
 // Note [bf16 elementwise loops] (bf16_eltwise.cpp): the elementwise ops on bf16 views only, on
 // the team where the count is worth it; each rounds its f32 result once.
 void bf16_relu(int64_t count, const uint16_t* x, uint16_t* y);
