@@ -74,7 +74,8 @@ po::options_description describe(TrainOptions& o) {
       "(ours, where a layer allows it)")(
       "cpu-bf16", choice(&o.cpu_bf16),
       "CPU, --precision bf16: auto (oneDNN's bf16 kernels where the CPU has bf16 instructions, "
-      "else the fallback), onednn (oneDNN's bf16 primitives on whatever kernel it has) or fallback "
+      "without AMX our f32 blocks where they need far fewer multiplications; else the "
+      "fallback), onednn (oneDNN's bf16 primitives on whatever kernel it has) or fallback "
       "(f32 kernels between bf16 activations)")(
       "no-fuse", po::bool_switch(&o.no_fuse),
       "CPU: run every layer on its own (no convolution + ReLU, BatchNorm + ReLU, ... fusions), to "
