@@ -20,13 +20,14 @@ template <> constexpr DType dtype_of<float>() { return DType::kF32; }
 template <> constexpr DType dtype_of<uint8_t>() { return DType::kU8; }
 template <> constexpr DType dtype_of<int32_t>() { return DType::kI32; }
 
-// bf16: the upper half of an f32, rounded to nearest even (NaN stays NaN).
+// bf16: the upper half of an f32, rounded to nearest even (NaN stays NaN, quieted). A select,
+// not a branch, so that loops over it vectorise (Note [bf16 elementwise loops]).
 inline uint16_t f32_to_bf16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
+  const uint32_t nearest = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t quiet = (u >> 16) | 0x40u;
+  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet : nearest);
 }
 inline float bf16_to_f32(uint16_t h) {
   uint32_t u = static_cast<uint32_t>(h) << 16;

@@ -9,27 +9,17 @@
 // ReLU and its backward need no arithmetic at all: their outputs are inputs or zero, so they
 // select bits, and a value's rounding is itself (a NaN's, itself quieted).
 #include <algorithm>
-#include <bit>
 #include <cstdint>
 
 #include "backend/cpu/cpu_ops.hpp"
 #include "backend/cpu/team.hpp"
+#include "ddpv/core/dtype.hpp"
 
 namespace ddpv::cpu {
 namespace {
 
 constexpr uint16_t kAbs = 0x7fff, kInf = 0x7f80, kQuiet = 0x40;
 
-// bf16 bits -> f32, and f32 -> bf16 bits rounded to nearest even (f32_to_bf16), branch-free.
-[[gnu::always_inline]] inline float widen(uint16_t h) {
-  return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
-}
-[[gnu::always_inline]] inline uint16_t round_bits(float f) {
-  const uint32_t u = std::bit_cast<uint32_t>(f);
-  const uint32_t nearest = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  const uint32_t quiet = (u >> 16) | kQuiet;
-  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet : nearest);
-}
 // A bf16 value's own rounding: itself, or a NaN quieted.
 [[gnu::always_inline]] inline uint16_t kept(uint16_t v) {
   return static_cast<uint16_t>((v & kAbs) > kInf ? v | kQuiet : v);
@@ -55,9 +45,9 @@ template <bool kRelu>
 [[gnu::always_inline]] inline void add_loop(int64_t n, const uint16_t* a, const uint16_t* b,
                                             uint16_t* y) {
   for (int64_t i = 0; i < n; ++i) {
-    float s = widen(a[i]) + widen(b[i]);
+    float s = bf16_to_f32(a[i]) + bf16_to_f32(b[i]);
     if constexpr (kRelu) s = s <= 0.0f ? 0.0f : s;
-    y[i] = round_bits(s);
+    y[i] = f32_to_bf16(s);
   }
 }
 
