@@ -34,7 +34,6 @@ struct PoolPlan {
   dnnl::pooling_backward::primitive_desc bwd_pd;
   Mem x, y, dy, dx;  // caller memory, bound per call
   Mem workspace;     // max pooling: where each maximum came from
-  bool f32_backward = false;  // Note [Overlapping windows in bf16]: dy and dx are f32
   Scratchpad scratch;
   std::unordered_map<int, Mem> fwd_args, bwd_args;
 };
@@ -332,7 +331,11 @@ class CpuMaxPool2d final : public FusablePool {
 class CpuPool2d final : public FusablePool {
  public:
   CpuPool2d(const CpuContext& ctx, const Pool2dConfig& cfg, Dt act = Dt::f32)
-      : ctx_(ctx), cfg_(cfg), act_(act) {
+      : ctx_(ctx),
+        cfg_(cfg),
+        act_(act),
+        f32_backward_(act == Dt::bf16 && cfg.kind != PoolKind::kGlobalAvg &&
+                      cfg.kernel > cfg.stride) {
     check_config(cfg);
   }
 
@@ -372,10 +375,8 @@ class CpuPool2d final : public FusablePool {
     });
   }
 
-  // Note [Overlapping windows in bf16]: whether backward takes and gives f32 (for n images).
-  bool f32_backward(int n) {
-    return plans_.get(n, kind_name(cfg_.kind), this, &CpuPool2d::build).f32_backward;
-  }
+  // Note [Overlapping windows in bf16]: whether backward takes and gives f32.
+  bool f32_backward() const { return f32_backward_; }
 
   // Note [bf16 on oneDNN]: whether oneDNN builds the primitives for n images (on a kernel
   // other than its reference one unless any_kernel). Not called on the hot path.
@@ -409,9 +410,8 @@ class CpuPool2d final : public FusablePool {
         Fwd::desc(dnnl::prop_kind::forward_training, alg, x_md, y_md, strides, kernel, pad, pad),
         attr, eng);
     // Note [Overlapping windows in bf16]
-    p.f32_backward = act_ == Dt::bf16 && !global && c.kernel > c.stride;
-    const auto dx_md = p.f32_backward ? activation_desc(x_md.dims(), c.block, Dt::f32) : x_md;
-    const auto dy_md = p.f32_backward ? activation_desc(y_md.dims(), c.block, Dt::f32) : y_md;
+    const auto dx_md = f32_backward_ ? activation_desc(x_md.dims(), c.block, Dt::f32) : x_md;
+    const auto dy_md = f32_backward_ ? activation_desc(y_md.dims(), c.block, Dt::f32) : y_md;
     const Bwd::primitive_desc bwd_pd(Bwd::desc(alg, dx_md, dy_md, strides, kernel, pad, pad), attr,
                                      eng, fwd_pd);
     p.fwd = Fwd(fwd_pd);
@@ -441,6 +441,7 @@ class CpuPool2d final : public FusablePool {
   CpuContext ctx_;
   Pool2dConfig cfg_;
   Dt act_;  // the activations' dtype
+  bool f32_backward_;  // Note [Overlapping windows in bf16]: dy and dx are f32
   int last_n_ = 0;
   PlansByBatch<PoolPlan> plans_;
 };
@@ -464,7 +465,7 @@ class OneDnnBf16Pool2d final : public Pool2dOp {
         st_(s) {}
   void forward(int n, ConstAct x, MutAct y) override { op_->run_forward(n, x.bf16(), y.bf16()); }
   void backward(int n, ConstAct dy, MutAct dx) override {
-    if (!op_->f32_backward(n)) return op_->run_backward(n, dy.bf16(), dx.bf16());
+    if (!op_->f32_backward()) return op_->run_backward(n, dy.bf16(), dx.bf16());
     st_.bind_threads();
     const float* dy32 = st_.in(0, dy, n * out_);
     op_->run_backward(n, dy32, st_.out(1, dx, n * in_));
