@@ -104,10 +104,12 @@ const char* isa_name() {
   }
 }
 
-bool cpu_has_avx512() {
+// Whether the ISA oneDNN runs on includes `want` (each cpu_isa's mask holds its subsets': AMX's
+// holds AVX512-BF16's, which holds AVX-512's).
+bool isa_includes(dnnl::cpu_isa want) {
   const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-  const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
-  return (isa & avx512) == avx512;
+  const auto mask = static_cast<unsigned>(want);
+  return (isa & mask) == mask;
 }
 
 class CpuBackend final : public Backend {
@@ -123,10 +125,10 @@ class CpuBackend final : public Backend {
     bf16_ = options.precision == Precision::kBF16;
     bf16_mode_ = options.cpu_bf16;
     ctx_.threads = options.threads;
-    ctx_.block =
-        options.activation_block >= 0
-            ? options.activation_block
-            : preferred_activation_block(cpu_has_avx512(), bf16_ && onednn_bf16() && cpu_has_amx());
+    ctx_.block = options.activation_block >= 0
+                     ? options.activation_block
+                     : preferred_activation_block(isa_includes(dnnl::cpu_isa::avx512_core),
+                                                  bf16_ && onednn_bf16() && cpu_has_amx());
     ctx_.conv = options.conv_algorithm;
     fuse_ = options.fuse_layers;
     // Note [Tuning options]: a switch that is not the default shows in name().
@@ -625,11 +627,7 @@ void CpuBackend::sgd_update_sum(const SgdConfig& cfg, const std::vector<ParamSpa
 
 }  // namespace
 
-bool cpu_computes_bf16() {
-  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-  const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
-  return (isa & bf16) == bf16;  // AMX's mask holds AVX512-BF16's
-}
+bool cpu_computes_bf16() { return isa_includes(dnnl::cpu_isa::avx512_core_bf16); }
 
 // Note [Blocked activations] on oneDNN: 16-channel blocks where AVX-512 runs, 8 otherwise.
 // Note [Channels last for AMX]: oneDNN 2.6's AMX convolutions (jit_avx512_core_amx_* forward,
@@ -644,11 +642,7 @@ int preferred_activation_block(bool avx512, bool bf16_on_amx) {
   return avx512 ? 16 : 8;
 }
 
-bool cpu_has_amx() {
-  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-  const auto amx = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
-  return (isa & amx) == amx;
-}
+bool cpu_has_amx() { return isa_includes(dnnl::cpu_isa::avx512_core_amx); }
 
 // Note [Fewer multiplications or faster ones]: AVX512-BF16 multiplies bf16 pairs at twice the
 // rate of f32 FMAs and no more, so oneDNN's direct bf16 convolution does the direct method's
